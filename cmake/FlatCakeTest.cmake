@@ -1,0 +1,43 @@
+# flatcake_test(NAME src1.cc [src2.cc ...] [LABELS l1 l2])
+# Builds a GoogleTest binary against libflatcake and registers it with ctest.
+function(flatcake_test name)
+  if(NOT FLATCAKE_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "TIMEOUT" "LABELS" ${ARGN})
+  add_executable(${name} ${ARG_UNPARSED_ARGUMENTS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PRIVATE flatcake GTest::gtest GTest::gtest_main
+    PkgConfig::XXHASH PkgConfig::URING nlohmann_json::nlohmann_json TBB::tbb)
+  add_test(NAME ${name} COMMAND ${name})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT}
+    ENVIRONMENT "FLATCAKE_SHARED_DIR=${PROJECT_SOURCE_DIR}/../shared")
+  if(ARG_LABELS)
+    set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
+  endif()
+endfunction()
+
+# flatcake_component(): adds every *.cc in the calling directory to libflatcake, except *_test.cc,
+# each of which becomes its own test binary. Tests whose name ends in _stress_test get the label
+# "stress"; a longer timeout applies to them.
+function(flatcake_component)
+  file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
+  file(GLOB tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cc)
+  if(tests)
+    list(REMOVE_ITEM sources ${tests})
+  endif()
+  if(sources)
+    target_sources(flatcake PRIVATE ${sources})
+  endif()
+  foreach(test_src ${tests})
+    get_filename_component(test_name ${test_src} NAME_WE)
+    if(test_name MATCHES "_stress_test$")
+      flatcake_test(${test_name} ${test_src} LABELS stress TIMEOUT 900)
+    else()
+      flatcake_test(${test_name} ${test_src})
+    endif()
+  endforeach()
+endfunction()

@@ -1,0 +1,6 @@
+// Placeholder until this subcommand lands; registers nothing.
+#include "cli/commands.h"
+
+namespace flatcake::cli {
+void RegisterIndexBench(CLI::App& /*app*/, int* /*exit_code*/) {}
+}  // namespace flatcake::cli

@@ -1,0 +1,20 @@
+// Subcommands of the `flatcake` tool. Each Register* function adds its subcommand(s) to `app`;
+// the subcommand's callback stores the process exit status in *exit_code (0 = success).
+// Errors are printed to stderr as "flatcake <cmd>: <Status>" and give a non-zero status.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace flatcake::cli {
+
+void RegisterInfoCommand(CLI::App& app, int* exit_code);
+void RegisterTraceCommands(CLI::App& app, int* exit_code);
+
+// `flatcake bench <name>`: `bench` is the parent subcommand created by main.
+void RegisterRestoreBench(CLI::App& bench, int* exit_code);
+void RegisterIndexBench(CLI::App& bench, int* exit_code);
+void RegisterCoalesceBench(CLI::App& bench, int* exit_code);
+void RegisterSchedBench(CLI::App& bench, int* exit_code);
+void RegisterRoundTripBench(CLI::App& bench, int* exit_code);
+
+}  // namespace flatcake::cli

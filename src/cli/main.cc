@@ -1,0 +1,23 @@
+// flatcake: command-line front end of the FlatCake KV-cache store.
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "FlatCake: a flat KV-cache store for LLM serving (host DRAM and NVMe SSD as peer media)"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  flatcake::cli::RegisterInfoCommand(app, &exit_code);
+  flatcake::cli::RegisterTraceCommands(app, &exit_code);
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks; each prints a table, --json adds one "
+                                                "JSON object on the last line");
+  bench->require_subcommand(1);
+  flatcake::cli::RegisterRestoreBench(*bench, &exit_code);
+  flatcake::cli::RegisterIndexBench(*bench, &exit_code);
+  flatcake::cli::RegisterCoalesceBench(*bench, &exit_code);
+  flatcake::cli::RegisterSchedBench(*bench, &exit_code);
+  flatcake::cli::RegisterRoundTripBench(*bench, &exit_code);
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}

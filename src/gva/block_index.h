@@ -1,0 +1,97 @@
+// BlockIndex: FC-GVA's Level-1 index, key (128-bit) -> IndexEntry.
+//
+// A fixed-capacity, open-addressed hash table (linear probing, power-of-two slots) whose
+// synchronisation is one 64-bit state word per slot changed with compare-and-swap:
+//   EMPTY -> RESERVED(key written, entry not yet valid) -> PUBLISHED -> TOMBSTONE -> RESERVED ...
+// Each state word also carries a version counter that changes on every transition, so a reader
+// that copied a slot can tell whether the slot changed underneath it (seqlock-style validation).
+//
+// Thread safety and progress:
+//  - Lookup is wait-free: it probes at most capacity() slots, never waits and never writes.
+//  - Reserve/Publish/Abort/Erase are lock-free (CAS retry loops, no locks, no blocking).
+//  - All methods may be called concurrently from any number of threads.
+//
+// Invariants:
+//  - A key is visible to Lookup only after Publish; between Reserve and Publish lookups miss.
+//    This is how "published only after the write completed" is implemented: the store reserves,
+//    writes the data, then publishes.
+//  - At most one RESERVED or PUBLISHED slot holds a given key at any time (concurrent Reserve of
+//    the same key: exactly one wins, the others get kExists).
+//  - Tombstoned slots are reused by later inserts; probe chains end at the first EMPTY slot.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "flatcake/gva.h"
+#include "flatcake/key.h"
+#include "flatcake/status.h"
+
+namespace flatcake {
+
+// What the index stores for one block. Plain data; copied in and out.
+struct IndexEntry {
+  Gva gva = 0;                // address of the block's layer-0, plane-0 slice
+  uint64_t layer_stride = 0;  // bytes between the block's slice of layer l and of layer l+1
+  uint64_t checksum = 0;      // XXH3-64 of the block's slices in [layer][plane] order
+  uint32_t scope_id = 0;      // owning scope slot
+  uint32_t scope_gen = 0;     // owning scope generation; a mismatch means the scope was reclaimed
+  uint32_t segment = 0;       // segment number within the scope
+  uint32_t block = 0;         // block number within the segment
+
+  friend bool operator==(const IndexEntry&, const IndexEntry&) = default;
+};
+
+class BlockIndex {
+ public:
+  // Capacity is rounded up to a power of two (minimum 64 slots).
+  explicit BlockIndex(size_t capacity);
+  ~BlockIndex();
+  BlockIndex(const BlockIndex&) = delete;
+  BlockIndex& operator=(const BlockIndex&) = delete;
+
+  // Handle to a reserved slot; only meaningful to the thread that reserved it.
+  struct Reservation {
+    size_t slot = SIZE_MAX;
+  };
+  enum class ReserveOutcome { kReserved, kExists, kFull };
+
+  // Claims a slot for `key`, making it pending (Lookup still misses). kExists when the key is
+  // already published or pending elsewhere; kFull when no slot is free (load above
+  // max_load_factor, see below). On kReserved, *out is set and the caller MUST call exactly one
+  // of Publish or Abort for it.
+  ReserveOutcome Reserve(const Key& key, Reservation* out);
+  // Makes the reserved key visible with `entry`. REQUIRES: `r` came from Reserve and was neither
+  // published nor aborted.
+  void Publish(Reservation r, const IndexEntry& entry);
+  // Drops a reservation (e.g. the write failed); the slot becomes a tombstone.
+  void Abort(Reservation r);
+
+  // Wait-free lookup. Returns true and copies the entry when `key` is published.
+  bool Lookup(const Key& key, IndexEntry* out) const;
+
+  // Tombstones `key` if it is published and its entry belongs to scope (scope_id, scope_gen).
+  // Returns true when this call removed it.
+  bool Erase(const Key& key, uint32_t scope_id, uint32_t scope_gen);
+
+  size_t capacity() const { return mask_ + 1; }
+  // Published entries (approximate under concurrency).
+  size_t size() const { return published_.load(std::memory_order_relaxed); }
+  // Reserve refuses new keys once published + reserved slots reach this fraction of capacity,
+  // so probe chains stay short. Tombstones do not count (they are reused).
+  static constexpr double kMaxLoadFactor = 0.92;
+
+ private:
+  struct Slot;
+  size_t Home(const Key& key) const;
+
+  std::unique_ptr<Slot[]> slots_;
+  size_t mask_;
+  size_t max_live_;
+  std::atomic<size_t> live_{0};  // reserved + published
+  std::atomic<size_t> published_{0};
+};
+
+}  // namespace flatcake
