@@ -1,0 +1,141 @@
+// Store: the FlatCake facade. Host DRAM and SSD are peer media behind one 64-bit address space;
+// each batch of blocks is placed once, on its final medium, as one layer-major segment of a
+// session scope, and never migrates.
+//
+// Thread safety: every method may be called concurrently from any number of threads. Lookups
+// (Exists and the index part of Get) are lock-free; placement and allocation in Put take a short
+// internal mutex; data copies and I/O run outside it.
+//
+// Guarantees:
+//  - Write-once: a key already present (or being written) is not rewritten; Put reports it as
+//    already_present.
+//  - A key becomes visible to Exists/Get only after its data is fully written.
+//  - Get never returns bytes of a reclaimed scope: readers pin the scope, and reclamation skips
+//    pinned scopes. Every block's checksum is verified on read; a mismatch is a miss and counted.
+//  - Errors (bad layout, null buffers, no space, I/O errors) come back as a Status; the store stays
+//    usable and everything published before stays readable.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "flatcake/gva.h"
+#include "flatcake/key.h"
+#include "flatcake/layout.h"
+#include "flatcake/options.h"
+#include "flatcake/status.h"
+
+namespace flatcake {
+
+// Write-time signals for placement (paper Table 2) and scope inference. All optional.
+struct WriteHints {
+  // Caller's session id. Empty: the session is inferred from the key chain (prefix_tail).
+  std::string session;
+  // Key of the block just before keys[0] in the caller's prefix chain. When it is the tail of an
+  // existing scope, the batch joins that scope's session.
+  std::optional<Key> prefix_tail;
+  uint32_t turn = 0;                          // 0 = unknown: inferred from the session
+  std::optional<uint64_t> prior_reply_tokens;  // output tokens of the previous turn
+  std::optional<uint64_t> context_tokens;      // tokens before keys[0]; default from the chain
+  bool shared_prefix = false;                  // the engine's prefix refcount is > 1
+  std::optional<MediaType> force_medium;       // bypass placement (tools, tests)
+};
+
+struct PutResult {
+  uint32_t written = 0;          // blocks written by this call
+  uint32_t already_present = 0;  // blocks skipped because the key exists or is being written
+  MediaType medium = MediaType::kDram;  // where the written blocks went
+  uint32_t segments = 0;         // segments created (more than 1 when an extent boundary split it)
+};
+
+struct GetOptions {
+  // Called once per layer, in increasing layer order, when every requested block's slices of
+  // that layer are in the caller's memory. Checksums are verified when the whole block has
+  // arrived, so a block may still be reported as a miss after its layers were delivered.
+  std::function<void(uint32_t layer)> on_layer;
+};
+
+struct GetResult {
+  std::vector<uint8_t> found;  // per key: 1 = delivered and verified
+  uint32_t hits = 0;
+  uint32_t leading_hits = 0;  // length of the found prefix
+  uint32_t corrupt = 0;       // checksum mismatches (reported as misses)
+  uint64_t bytes_from_dram = 0;
+  uint64_t bytes_from_ssd = 0;  // delivered bytes that came from SSD
+  uint64_t ssd_bytes_read = 0;  // bytes read from SSD (delivered + bridged gaps + alignment)
+  uint64_t ssd_reads = 0;       // read commands issued
+};
+
+struct MediumStats {
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;      // allocated to live scopes
+  uint64_t admitted_bytes = 0;  // bytes placed on this medium by Put (segment footprints)
+  uint64_t written_bytes = 0;   // bytes physically written to this medium
+  uint64_t read_bytes = 0;      // bytes read from this medium (SSD: including bridged gaps)
+  uint64_t delivered_bytes = 0;
+  uint64_t reclaimed_bytes = 0;
+  uint64_t scopes_live = 0;
+  uint64_t scopes_reclaimed = 0;
+  uint64_t blocks_live = 0;
+};
+
+struct StoreStats {
+  MediumStats dram;
+  MediumStats ssd;
+  uint64_t puts = 0, gets = 0, exists_calls = 0;
+  uint64_t blocks_written = 0, blocks_skipped_present = 0;
+  uint64_t hits = 0, misses = 0, checksum_mismatches = 0;
+  uint64_t io_errors = 0;
+  uint64_t index_capacity = 0, index_size = 0;
+};
+
+// What Open found and chose; printed by `flatcake info`.
+struct StoreInfo {
+  std::string dram_page_mode;  // "hugetlb", "thp", "plain", or "none"
+  std::string io_engine;       // engine in use
+  std::string io_note;         // why a fallback was chosen, if any
+  bool ssd_direct_io = false;
+  std::string ssd_note;        // e.g. "O_DIRECT refused by tmpfs; using buffered I/O"
+  uint32_t ssd_files = 0;
+  std::vector<std::string> ssd_dirs;
+};
+
+class Store {
+ public:
+  // Opens a store: maps the DRAM arena, creates and pre-allocates the SSD pool files, starts the
+  // I/O workers. Refuses, with a clear message, a missing, unwritable or too-small SSD directory.
+  static Result<std::unique_ptr<Store>> Open(const StoreOptions& options);
+  virtual ~Store() = default;
+
+  // Writes the blocks named by `keys` from `src` (laid out per `layout`). Keys already present are
+  // skipped. On error nothing of this call is published.
+  virtual Result<PutResult> Put(std::span<const Key> keys, const KvLayout& layout,
+                                const BlockBuffers& src, const WriteHints& hints = {}) = 0;
+
+  // Number of leading keys that are present (published and not reclaimed).
+  virtual size_t Exists(std::span<const Key> keys) = 0;
+
+  // Copies the blocks named by `keys` into `dst`. A missing key is a miss (found[i] = 0), not an
+  // error; a stored block whose layout differs from `layout` is InvalidArgument.
+  virtual Result<GetResult> Get(std::span<const Key> keys, const KvLayout& layout,
+                                const BlockBuffers& dst, const GetOptions& options = {}) = 0;
+
+  // Reclaims whole unpinned scopes of `medium`, oldest last use first, until its usage is at most
+  // `target_fraction` of capacity. Returns the bytes freed. Runs automatically at the high
+  // watermark; exposed for tools and tests.
+  virtual uint64_t Reclaim(MediaType medium, double target_fraction) = 0;
+
+  // Drops every scope (used by `clear` in integrations).
+  virtual void Clear() = 0;
+
+  virtual StoreStats GetStats() const = 0;
+  virtual StoreInfo GetInfo() const = 0;
+  virtual const StoreOptions& options() const = 0;
+};
+
+}  // namespace flatcake
