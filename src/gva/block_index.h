@@ -1,15 +1,26 @@
 // BlockIndex: FC-GVA's Level-1 index, key (128-bit) -> IndexEntry.
 //
 // A fixed-capacity, open-addressed hash table (linear probing, power-of-two slots) whose
-// synchronisation is one 64-bit state word per slot changed with compare-and-swap:
-//   EMPTY -> RESERVED(key written, entry not yet valid) -> PUBLISHED -> TOMBSTONE -> RESERVED ...
-// Each state word also carries a version counter that changes on every transition, so a reader
-// that copied a slot can tell whether the slot changed underneath it (seqlock-style validation).
+// synchronisation is one 64-bit state word per slot changed with compare-and-swap. The state
+// words sit in their own dense array (eight per cache line) and carry a 16-bit fingerprint of the
+// slot's key, so a probe walks the chain in the state array and touches a slot's key and entry
+// (one 64-byte cache line in a second array) only when the fingerprint matches. A slot's life
+// cycle is
+//   EMPTY -> CLAIMED -> INSERTING -> RESERVED -> PUBLISHED -> TOMBSTONE -> CLAIMED ...
+// (INSERTING and RESERVED may also go straight to TOMBSTONE). CLAIMED means "owned, key not yet
+// written"; INSERTING means "key written, checking that no other slot holds the same key";
+// RESERVED is the pending state the caller sees after Reserve. The state word also carries a
+// version that is bumped every time a slot is claimed, and states only move forward within one
+// version, so a state word value never repeats: a reader that copied a slot and then finds the
+// word unchanged knows the copy is consistent (seqlock-style validation).
 //
 // Thread safety and progress:
 //  - Lookup is wait-free: it probes at most capacity() slots, never waits and never writes.
-//  - Reserve/Publish/Abort/Erase are lock-free (CAS retry loops, no locks, no blocking).
-//  - All methods may be called concurrently from any number of threads.
+//  - Reserve/Publish/Abort/Erase never block and never take locks. Publish, Abort and Erase are
+//    a bounded number of steps; Reserve retries only when another Reserve of the same key or a
+//    concurrent claim of the same free slot changed the table under it (lock-free).
+//  - All methods may be called concurrently from any number of threads. Every field a concurrent
+//    reader touches is a std::atomic, so the table is free of data races by construction.
 //
 // Invariants:
 //  - A key is visible to Lookup only after Publish; between Reserve and Publish lookups miss.
@@ -17,7 +28,14 @@
 //    writes the data, then publishes.
 //  - At most one RESERVED or PUBLISHED slot holds a given key at any time (concurrent Reserve of
 //    the same key: exactly one wins, the others get kExists).
-//  - Tombstoned slots are reused by later inserts; probe chains end at the first EMPTY slot.
+//  - A key lives in the probe chain of its home slot: every slot between its home and its own
+//    slot is non-EMPTY. Slots never return to EMPTY, so a probe that meets an EMPTY slot can stop.
+//  - Tombstoned slots are reused by later inserts (the first tombstone of the chain is taken).
+//
+// Limitation: because slots never return to EMPTY, a long-lived table under heavy insert/erase
+// churn slowly turns EMPTY slots into tombstones, and misses then probe further (at worst the
+// whole table). tombstones() exposes the count; size the table with headroom, and rebuild it
+// when tombstones() approaches capacity() - size().
 #pragma once
 
 #include <atomic>
@@ -79,19 +97,31 @@ class BlockIndex {
   size_t capacity() const { return mask_ + 1; }
   // Published entries (approximate under concurrency).
   size_t size() const { return published_.load(std::memory_order_relaxed); }
+  // Slots in the TOMBSTONE state (approximate under concurrency).
+  size_t tombstones() const { return tombstones_.load(std::memory_order_relaxed); }
   // Reserve refuses new keys once published + reserved slots reach this fraction of capacity,
   // so probe chains stay short. Tombstones do not count (they are reused).
   static constexpr double kMaxLoadFactor = 0.92;
 
  private:
   struct Slot;
-  size_t Home(const Key& key) const;
+  // 64-bit mix of the key: the low bits pick the home slot, the top 16 the fingerprint.
+  static uint64_t Hash(const Key& key);
+  // Reads the key of slot `idx`; returns the state word re-read afterwards (the copy is valid
+  // only if that word still has the version of the word read before).
+  uint64_t ReadKey(size_t idx, Key* key) const;
+  // Moves slot `idx` from `word` to TOMBSTONE (same version). False when the word changed.
+  bool Tombstone(size_t idx, uint64_t word);
 
-  std::unique_ptr<Slot[]> slots_;
+  std::unique_ptr<std::atomic<uint64_t>[]> states_;
+  std::unique_ptr<Slot[]> slots_;  // key + entry, one cache line each
   size_t mask_;
   size_t max_live_;
-  std::atomic<size_t> live_{0};  // reserved + published
+  // Reserve calls in flight + RESERVED + PUBLISHED slots: each Reserve takes one unit up front
+  // and keeps it only on kReserved; Abort and Erase give it back.
+  std::atomic<size_t> live_{0};
   std::atomic<size_t> published_{0};
+  std::atomic<size_t> tombstones_{0};
 };
 
 }  // namespace flatcake

@@ -1,0 +1,318 @@
+// BlockIndex implementation. See block_index.h for the contract; this file argues why the
+// protocol keeps it.
+//
+// State word layout: bits [2:0] hold the state, bits [18:3] the fingerprint of the key the slot
+// was claimed for, bits [63:19] the slot's version. Fingerprint and version change only when a
+// slot is claimed (EMPTY/TOMBSTONE -> CLAIMED, version + 1); within one version the state only
+// moves forward (CLAIMED -> INSERTING -> RESERVED -> PUBLISHED -> TOMBSTONE, with INSERTING and
+// RESERVED also allowed to go to TOMBSTONE). Hence a word value never repeats and "the word is
+// unchanged" means "nothing happened to the slot". The fingerprint lets probes skip foreign keys
+// without reading the slot's cache line: with one 64-byte line per probe, a miss at 90% load
+// walked ~50 lines; the dense state array makes that ~7.
+//
+// Memory ordering: every store to a key or entry field is a release store and every load of one
+// is an acquire load (plain moves on x86). A reader that copied a field written by the next
+// owner of a slot therefore synchronises with that owner, whose claiming CAS precedes the store,
+// so the reader's re-load of the state word is guaranteed to see the word changed. Reserve uses
+// sequentially consistent operations on state words because its correctness argument (below)
+// needs a single total order of the claimers' "key visible" CAS and their re-scans.
+#include "gva/block_index.h"
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+
+namespace flatcake {
+namespace {
+
+constexpr uint64_t kEmpty = 0;
+constexpr uint64_t kClaimed = 1;    // owned by a Reserve; key not written yet
+constexpr uint64_t kInserting = 2;  // key written; owner checks for a rival slot with the key
+constexpr uint64_t kReserved = 3;   // won; pending until Publish or Abort
+constexpr uint64_t kPublished = 4;
+constexpr uint64_t kTombstone = 5;
+constexpr uint64_t kStateMask = 7;
+constexpr int kFingerprintShift = 3;
+constexpr uint64_t kFingerprintMask = uint64_t{0xFFFF} << kFingerprintShift;
+constexpr int kVersionShift = 19;
+
+constexpr uint64_t StateOf(uint64_t word) { return word & kStateMask; }
+constexpr uint64_t WithState(uint64_t word, uint64_t state) { return (word & ~kStateMask) | state; }
+constexpr bool SameVersion(uint64_t a, uint64_t b) {
+  return (a & ~kStateMask) == (b & ~kStateMask);
+}
+// States in which the slot's key field is valid for the current version.
+constexpr bool Keyed(uint64_t word) {
+  uint64_t s = StateOf(word);
+  return s == kInserting || s == kReserved || s == kPublished;
+}
+constexpr uint64_t FingerprintBits(uint64_t hash) { return (hash >> 48) << kFingerprintShift; }
+constexpr bool FingerprintIs(uint64_t word, uint64_t fp_bits) {
+  return (word & kFingerprintMask) == fp_bits;
+}
+// The word of a slot claimed from `old` for a key whose fingerprint bits are `fp_bits`.
+constexpr uint64_t ClaimWord(uint64_t old, uint64_t fp_bits) {
+  return (((old >> kVersionShift) + 1) << kVersionShift) | fp_bits | kClaimed;
+}
+
+constexpr size_t kMinCapacity = 64;
+constexpr size_t kMaxCapacity = size_t{1} << 40;
+
+constexpr auto kAcq = std::memory_order_acquire;
+constexpr auto kRel = std::memory_order_release;
+constexpr auto kSeq = std::memory_order_seq_cst;
+
+}  // namespace
+
+// Key and entry of one slot: one cache line. The entry's four 32-bit fields are packed in pairs
+// so that every field is a lock-free 64-bit atomic.
+struct alignas(64) BlockIndex::Slot {
+  std::atomic<uint64_t> key_hi{0};
+  std::atomic<uint64_t> key_lo{0};
+  std::atomic<uint64_t> gva{0};
+  std::atomic<uint64_t> layer_stride{0};
+  std::atomic<uint64_t> checksum{0};
+  std::atomic<uint64_t> scope{0};     // scope_id | scope_gen << 32
+  std::atomic<uint64_t> location{0};  // segment | block << 32
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+BlockIndex::BlockIndex(size_t capacity) {
+  static_assert(sizeof(Slot) == 64, "a slot's key and entry must fill exactly one cache line");
+  size_t cap = std::bit_ceil(std::clamp(capacity, kMinCapacity, kMaxCapacity));
+  states_.reset(new std::atomic<uint64_t>[cap]);
+  for (size_t i = 0; i < cap; ++i) states_[i].store(kEmpty, std::memory_order_relaxed);
+  slots_.reset(new Slot[cap]);
+  mask_ = cap - 1;
+  max_live_ = static_cast<size_t>(kMaxLoadFactor * static_cast<double>(cap));
+}
+
+BlockIndex::~BlockIndex() = default;
+
+uint64_t BlockIndex::Hash(const Key& key) {
+  // Keys are digests already, but tests and benchmarks also use structured keys; two multiply
+  // and fold rounds spread every input bit over both the home slot and the fingerprint.
+  uint64_t h = (key.lo ^ std::rotl(key.hi, 29)) * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 32;
+  return h;
+}
+
+uint64_t BlockIndex::ReadKey(size_t idx, Key* key) const {
+  const Slot& s = slots_[idx];
+  key->hi = s.key_hi.load(kAcq);
+  key->lo = s.key_lo.load(kAcq);
+  return states_[idx].load(kAcq);
+}
+
+bool BlockIndex::Tombstone(size_t idx, uint64_t word) {
+  if (!states_[idx].compare_exchange_strong(word, WithState(word, kTombstone), kSeq)) {
+    return false;
+  }
+  tombstones_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+// Reserve protocol (one attempt; an attempt that loses a race starts over):
+//  1. Scan the chain from the home slot to the first EMPTY. A RESERVED or PUBLISHED slot with the
+//     key means kExists. Remember the first TOMBSTONE (or the EMPTY) as the target. Only slots
+//     whose fingerprint matches the key's are read further.
+//  2. Claim the target with CAS (-> CLAIMED, new version, our fingerprint), write the key,
+//     CAS -> INSERTING. Only
+//     now can other claimers see the key; CLAIMED slots are skipped by every scan because their
+//     key is unknown, which never blocks anyone.
+//  3. Re-scan the chain to the first EMPTY (past our own slot) for another keyed slot with the
+//     key. RESERVED/PUBLISHED: another Reserve already won -> tombstone ours, kExists.
+//     INSERTING at an earlier probe position: it has priority -> tombstone ours and start over
+//     (it may still lose to someone, so kExists would be premature). INSERTING at a later
+//     position: we have priority -> tombstone it by CAS.
+//  4. CAS INSERTING -> RESERVED. It fails only if an earlier rival tombstoned us: start over.
+//
+// Why at most one slot reaches RESERVED: take two claimers A and B of key K with A's slot at an
+// earlier probe position than B's, both of which completed step 4. Each made its INSERTING state
+// visible (seq_cst CAS) before its re-scan, so in the single total order of seq_cst operations
+// one of them, say X, wrote INSERTING before the other, Y, read X's slot during its re-scan. Both
+// re-scans cover both slots: the chain has no EMPTY before B's slot (B's step-1 scan saw none,
+// and slots never become EMPTY again). So Y saw X INSERTING or RESERVED. If X = A (earlier), Y = B
+// either saw A RESERVED (kExists) or INSERTING (yield): B never reaches step 4's CAS from that
+// re-scan. If X = B (later), A either saw B RESERVED (kExists) or INSERTING and tombstoned it, so
+// B's step-4 CAS fails (or A's tombstone CAS failed because B is already RESERVED, and A re-reads
+// the slot and yields). Either way not both succeed. Progress: every start-over is caused by a
+// rival that made progress (won a claim CAS or reached INSERTING earlier in the chain).
+BlockIndex::ReserveOutcome BlockIndex::Reserve(const Key& key, Reservation* out) {
+  if (live_.fetch_add(1, std::memory_order_relaxed) >= max_live_) {
+    live_.fetch_sub(1, std::memory_order_relaxed);
+    return ReserveOutcome::kFull;
+  }
+  auto give_back = [&](ReserveOutcome outcome) {
+    live_.fetch_sub(1, std::memory_order_relaxed);
+    return outcome;
+  };
+  const uint64_t hash = Hash(key);
+  const uint64_t fp = FingerprintBits(hash);
+  const size_t home = static_cast<size_t>(hash) & mask_;
+  for (;;) {
+    // Step 1.
+    size_t target = SIZE_MAX;
+    uint64_t target_word = 0;
+    bool exists = false;
+    for (size_t n = 0; n <= mask_ && !exists; ++n) {
+      size_t idx = (home + n) & mask_;
+      uint64_t w = states_[idx].load(kSeq);
+      uint64_t st = StateOf(w);
+      if (st == kEmpty || st == kTombstone) {
+        if (target == SIZE_MAX) {
+          target = idx;
+          target_word = w;
+        }
+        if (st == kEmpty) break;
+      } else if ((st == kReserved || st == kPublished) && FingerprintIs(w, fp)) {
+        Key k;
+        uint64_t w2 = ReadKey(idx, &k);
+        exists = k == key && SameVersion(w, w2) && Keyed(w2);
+      }
+    }
+    if (exists) return give_back(ReserveOutcome::kExists);
+    if (target == SIZE_MAX) continue;  // every slot was busy at scan time; live_ says one frees up
+
+    // Step 2.
+    std::atomic<uint64_t>& my_state = states_[target];
+    uint64_t claimed = ClaimWord(target_word, fp);
+    if (!my_state.compare_exchange_strong(target_word, claimed, kSeq)) continue;
+    if (StateOf(target_word) == kTombstone) tombstones_.fetch_sub(1, std::memory_order_relaxed);
+    slots_[target].key_hi.store(key.hi, kRel);
+    slots_[target].key_lo.store(key.lo, kRel);
+    const uint64_t inserting = WithState(claimed, kInserting);
+    {
+      uint64_t expected = claimed;
+      bool ok = my_state.compare_exchange_strong(expected, inserting, kSeq);
+      assert(ok && "nobody but the owner changes a CLAIMED slot");
+      (void)ok;
+    }
+
+    // Step 3.
+    const size_t my_pos = (target - home) & mask_;
+    bool restart = false;
+    for (size_t n = 0; n <= mask_ && !restart; ++n) {
+      if (n == my_pos) continue;
+      size_t idx = (home + n) & mask_;
+      uint64_t w = states_[idx].load(kSeq);
+      if (StateOf(w) == kEmpty) break;
+      while (Keyed(w) && FingerprintIs(w, fp)) {
+        Key k;
+        uint64_t w2 = ReadKey(idx, &k);
+        if (!SameVersion(w, w2) || !Keyed(w2) || !(k == key)) break;
+        uint64_t st = StateOf(w2);
+        if (st == kReserved || st == kPublished) {
+          Tombstone(target, inserting);  // may fail if a rival already tombstoned us
+          return give_back(ReserveOutcome::kExists);
+        }
+        if (n < my_pos) {  // an earlier INSERTING rival has priority
+          Tombstone(target, inserting);
+          restart = true;
+          break;
+        }
+        if (Tombstone(idx, w2)) break;  // a later rival: we have priority
+        w = states_[idx].load(kSeq);    // it changed under us; look again
+      }
+    }
+    if (restart) continue;
+
+    // Step 4.
+    uint64_t expected = inserting;
+    if (!my_state.compare_exchange_strong(expected, WithState(inserting, kReserved), kSeq)) {
+      continue;  // an earlier rival tombstoned us
+    }
+    out->slot = target;
+    return ReserveOutcome::kReserved;
+  }
+}
+
+void BlockIndex::Publish(Reservation r, const IndexEntry& entry) {
+  assert(r.slot <= mask_);
+  Slot& s = slots_[r.slot];
+  uint64_t w = states_[r.slot].load(std::memory_order_relaxed);
+  assert(StateOf(w) == kReserved && "Publish of a slot that is not reserved");
+  s.gva.store(entry.gva, kRel);
+  s.layer_stride.store(entry.layer_stride, kRel);
+  s.checksum.store(entry.checksum, kRel);
+  s.scope.store(uint64_t{entry.scope_id} | (uint64_t{entry.scope_gen} << 32), kRel);
+  s.location.store(uint64_t{entry.segment} | (uint64_t{entry.block} << 32), kRel);
+  bool ok = states_[r.slot].compare_exchange_strong(w, WithState(w, kPublished), kRel,
+                                                    std::memory_order_relaxed);
+  assert(ok && "nobody but the owner changes a RESERVED slot");
+  (void)ok;
+  published_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void BlockIndex::Abort(Reservation r) {
+  assert(r.slot <= mask_);
+  uint64_t w = states_[r.slot].load(std::memory_order_relaxed);
+  assert(StateOf(w) == kReserved && "Abort of a slot that is not reserved");
+  bool ok = Tombstone(r.slot, w);
+  assert(ok);
+  (void)ok;
+  live_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+bool BlockIndex::Lookup(const Key& key, IndexEntry* out) const {
+  const uint64_t hash = Hash(key);
+  const uint64_t want = FingerprintBits(hash) | kPublished;
+  const uint64_t want_mask = kFingerprintMask | kStateMask;
+  size_t idx = static_cast<size_t>(hash) & mask_;
+  // Most hits sit in or next to their home slot: fetch its key/entry line while the state line
+  // is still on its way, so the two cache misses overlap instead of following one another.
+  __builtin_prefetch(&slots_[idx]);
+  for (size_t n = 0; n <= mask_; ++n, idx = (idx + 1) & mask_) {
+    uint64_t w = states_[idx].load(kAcq);
+    if (StateOf(w) == kEmpty) return false;
+    if ((w & want_mask) != want) continue;
+    const Slot& s = slots_[idx];
+    if (s.key_hi.load(kAcq) != key.hi || s.key_lo.load(kAcq) != key.lo) continue;
+    IndexEntry e;
+    e.gva = s.gva.load(kAcq);
+    e.layer_stride = s.layer_stride.load(kAcq);
+    e.checksum = s.checksum.load(kAcq);
+    uint64_t scope = s.scope.load(kAcq);
+    uint64_t location = s.location.load(kAcq);
+    // Validation: if the word changed, the copy may mix two owners; skip the slot. That is safe:
+    // a key published throughout this call sits in a slot whose word does not change, and a key
+    // whose slot changed was unpublished at some instant during the call (at most one live slot
+    // per key), so a miss is a correct answer for it.
+    if (states_[idx].load(kAcq) != w) continue;
+    e.scope_id = static_cast<uint32_t>(scope);
+    e.scope_gen = static_cast<uint32_t>(scope >> 32);
+    e.segment = static_cast<uint32_t>(location);
+    e.block = static_cast<uint32_t>(location >> 32);
+    *out = e;
+    return true;
+  }
+  return false;
+}
+
+bool BlockIndex::Erase(const Key& key, uint32_t scope_id, uint32_t scope_gen) {
+  const uint64_t want_scope = uint64_t{scope_id} | (uint64_t{scope_gen} << 32);
+  const uint64_t hash = Hash(key);
+  const uint64_t want = FingerprintBits(hash) | kPublished;
+  const uint64_t want_mask = kFingerprintMask | kStateMask;
+  size_t idx = static_cast<size_t>(hash) & mask_;
+  for (size_t n = 0; n <= mask_; ++n, idx = (idx + 1) & mask_) {
+    uint64_t w = states_[idx].load(kAcq);
+    if (StateOf(w) == kEmpty) return false;
+    if ((w & want_mask) != want) continue;
+    const Slot& s = slots_[idx];
+    if (s.key_hi.load(kAcq) != key.hi || s.key_lo.load(kAcq) != key.lo) continue;
+    uint64_t scope = s.scope.load(kAcq);
+    if (states_[idx].load(kAcq) != w) continue;  // as in Lookup
+    // The key has exactly one live slot, and this is it.
+    if (scope != want_scope) return false;
+    if (!Tombstone(idx, w)) return false;  // a concurrent Erase removed it first
+    published_.fetch_sub(1, std::memory_order_relaxed);
+    live_.fetch_sub(1, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace flatcake

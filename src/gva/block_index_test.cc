@@ -1,0 +1,218 @@
+#include "gva/block_index.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <barrier>
+#include <thread>
+#include <vector>
+
+namespace flatcake {
+namespace {
+
+IndexEntry EntryFor(const Key& k, uint32_t scope_id = 1, uint32_t scope_gen = 1) {
+  IndexEntry e;
+  e.gva = k.lo;
+  e.layer_stride = k.hi;
+  e.checksum = k.lo ^ k.hi;
+  e.scope_id = scope_id;
+  e.scope_gen = scope_gen;
+  e.segment = static_cast<uint32_t>(k.lo >> 32);
+  e.block = static_cast<uint32_t>(k.hi >> 32);
+  return e;
+}
+
+// Reserve + Publish; returns the outcome of Reserve.
+BlockIndex::ReserveOutcome Insert(BlockIndex& index, const Key& k, uint32_t scope_id = 1,
+                                  uint32_t scope_gen = 1) {
+  BlockIndex::Reservation r;
+  auto outcome = index.Reserve(k, &r);
+  if (outcome == BlockIndex::ReserveOutcome::kReserved) {
+    index.Publish(r, EntryFor(k, scope_id, scope_gen));
+  }
+  return outcome;
+}
+
+using Outcome = BlockIndex::ReserveOutcome;
+
+TEST(BlockIndex, CapacityIsRoundedUpToAPowerOfTwo) {
+  EXPECT_EQ(BlockIndex(0).capacity(), 64u);
+  EXPECT_EQ(BlockIndex(100).capacity(), 128u);
+  EXPECT_EQ(BlockIndex(4096).capacity(), 4096u);
+}
+
+TEST(BlockIndex, InsertLookupErase) {
+  BlockIndex index(1024);
+  for (uint64_t i = 0; i < 500; ++i) ASSERT_EQ(Insert(index, KeyFromId(i)), Outcome::kReserved);
+  EXPECT_EQ(index.size(), 500u);
+  for (uint64_t i = 0; i < 500; ++i) {
+    IndexEntry e;
+    ASSERT_TRUE(index.Lookup(KeyFromId(i), &e)) << i;
+    EXPECT_EQ(e, EntryFor(KeyFromId(i)));
+  }
+  IndexEntry e;
+  EXPECT_FALSE(index.Lookup(KeyFromId(12345), &e));
+  for (uint64_t i = 0; i < 500; i += 2) EXPECT_TRUE(index.Erase(KeyFromId(i), 1, 1));
+  EXPECT_EQ(index.size(), 250u);
+  for (uint64_t i = 0; i < 500; ++i) EXPECT_EQ(index.Lookup(KeyFromId(i), &e), i % 2 == 1) << i;
+  EXPECT_FALSE(index.Erase(KeyFromId(0), 1, 1)) << "second erase of the same key";
+}
+
+TEST(BlockIndex, KeysDifferingInOneHalfAreDistinct) {
+  BlockIndex index(64);
+  Key a{1, 2}, b{1, 3}, c{4, 2};
+  ASSERT_EQ(Insert(index, a), Outcome::kReserved);
+  ASSERT_EQ(Insert(index, b), Outcome::kReserved);
+  ASSERT_EQ(Insert(index, c), Outcome::kReserved);
+  IndexEntry e;
+  ASSERT_TRUE(index.Lookup(b, &e));
+  EXPECT_EQ(e, EntryFor(b));
+  EXPECT_FALSE(index.Lookup(Key{4, 3}, &e));
+}
+
+TEST(BlockIndex, PendingKeyIsInvisibleUntilPublish) {
+  BlockIndex index(64);
+  Key k = KeyFromId(7);
+  BlockIndex::Reservation r;
+  ASSERT_EQ(index.Reserve(k, &r), Outcome::kReserved);
+  IndexEntry e;
+  EXPECT_FALSE(index.Lookup(k, &e));
+  EXPECT_EQ(index.size(), 0u);
+  BlockIndex::Reservation r2;
+  EXPECT_EQ(index.Reserve(k, &r2), Outcome::kExists) << "a pending key is already taken";
+  EXPECT_FALSE(index.Erase(k, 1, 1)) << "a pending key cannot be erased";
+  index.Publish(r, EntryFor(k));
+  ASSERT_TRUE(index.Lookup(k, &e));
+  EXPECT_EQ(e, EntryFor(k));
+  EXPECT_EQ(index.size(), 1u);
+}
+
+TEST(BlockIndex, AbortLeavesNoTraceAndAllowsAnotherReserve) {
+  BlockIndex index(64);
+  Key k = KeyFromId(9);
+  BlockIndex::Reservation r;
+  ASSERT_EQ(index.Reserve(k, &r), Outcome::kReserved);
+  index.Abort(r);
+  IndexEntry e;
+  EXPECT_FALSE(index.Lookup(k, &e));
+  EXPECT_EQ(index.size(), 0u);
+  EXPECT_EQ(index.tombstones(), 1u);
+  ASSERT_EQ(Insert(index, k), Outcome::kReserved);
+  EXPECT_TRUE(index.Lookup(k, &e));
+}
+
+TEST(BlockIndex, WriteOnceSecondReserveOfPublishedKeyIsRefused) {
+  BlockIndex index(64);
+  Key k = KeyFromId(3);
+  ASSERT_EQ(Insert(index, k, 1, 1), Outcome::kReserved);
+  BlockIndex::Reservation r;
+  EXPECT_EQ(index.Reserve(k, &r), Outcome::kExists);
+  IndexEntry e;
+  ASSERT_TRUE(index.Lookup(k, &e));
+  EXPECT_EQ(e, EntryFor(k, 1, 1)) << "the first entry stays";
+}
+
+TEST(BlockIndex, TombstonesAreReused) {
+  // A small table at high load: long probe chains full of tombstones.
+  BlockIndex index(64);
+  for (uint64_t i = 0; i < 50; ++i) ASSERT_EQ(Insert(index, KeyFromId(i)), Outcome::kReserved);
+  for (uint64_t i = 0; i < 50; i += 2) ASSERT_TRUE(index.Erase(KeyFromId(i), 1, 1));
+  EXPECT_EQ(index.tombstones(), 25u);
+  for (uint64_t i = 100; i < 125; ++i) ASSERT_EQ(Insert(index, KeyFromId(i)), Outcome::kReserved);
+  // 25 new keys, 50 live slots before and after: every one of them took a tombstone unless its
+  // chain met an EMPTY slot first, so most tombstones are gone and the table is not fuller.
+  EXPECT_LT(index.tombstones(), 25u);
+  EXPECT_EQ(index.size(), 50u);
+  IndexEntry e;
+  for (uint64_t i = 0; i < 50; ++i) EXPECT_EQ(index.Lookup(KeyFromId(i), &e), i % 2 == 1) << i;
+  for (uint64_t i = 100; i < 125; ++i) {
+    ASSERT_TRUE(index.Lookup(KeyFromId(i), &e)) << i;
+    EXPECT_EQ(e, EntryFor(KeyFromId(i)));
+  }
+  // Churn far more keys through the table than it has slots, right up to the load limit.
+  for (uint64_t round = 0; round < 40; ++round) {
+    for (uint64_t i = 0; i < 8; ++i) {
+      ASSERT_EQ(Insert(index, KeyFromId(1000 + round * 100 + i)), Outcome::kReserved);
+    }
+    for (uint64_t i = 0; i < 8; ++i)
+      ASSERT_TRUE(index.Erase(KeyFromId(1000 + round * 100 + i), 1, 1));
+  }
+  EXPECT_EQ(index.size(), 50u);
+  for (uint64_t i = 100; i < 125; ++i) EXPECT_TRUE(index.Lookup(KeyFromId(i), &e)) << i;
+}
+
+TEST(BlockIndex, FullTableRefusesNewKeys) {
+  BlockIndex index(64);
+  const size_t max_live = static_cast<size_t>(BlockIndex::kMaxLoadFactor * 64);
+  for (uint64_t i = 0; i < max_live; ++i) {
+    ASSERT_EQ(Insert(index, KeyFromId(i)), Outcome::kReserved) << i;
+  }
+  BlockIndex::Reservation r;
+  EXPECT_EQ(index.Reserve(KeyFromId(999), &r), Outcome::kFull);
+  // A pending reservation counts as live too.
+  ASSERT_TRUE(index.Erase(KeyFromId(0), 1, 1));
+  ASSERT_EQ(index.Reserve(KeyFromId(999), &r), Outcome::kReserved);
+  BlockIndex::Reservation r2;
+  EXPECT_EQ(index.Reserve(KeyFromId(998), &r2), Outcome::kFull);
+  index.Abort(r);
+  EXPECT_EQ(Insert(index, KeyFromId(998)), Outcome::kReserved);
+  IndexEntry e;
+  for (uint64_t i = 1; i < max_live; ++i) EXPECT_TRUE(index.Lookup(KeyFromId(i), &e)) << i;
+}
+
+TEST(BlockIndex, EraseChecksScopeAndGeneration) {
+  BlockIndex index(64);
+  Key k = KeyFromId(5);
+  ASSERT_EQ(Insert(index, k, 3, 7), Outcome::kReserved);
+  EXPECT_FALSE(index.Erase(k, 3, 8)) << "a later generation of the scope does not own it";
+  EXPECT_FALSE(index.Erase(k, 3, 6));
+  EXPECT_FALSE(index.Erase(k, 4, 7)) << "another scope does not own it";
+  IndexEntry e;
+  ASSERT_TRUE(index.Lookup(k, &e));
+  EXPECT_EQ(e.scope_id, 3u);
+  EXPECT_EQ(e.scope_gen, 7u);
+  EXPECT_TRUE(index.Erase(k, 3, 7));
+  EXPECT_FALSE(index.Lookup(k, &e));
+  EXPECT_FALSE(index.Erase(k, 3, 7));
+}
+
+// Two threads reserve the same key at the same moment, many times over, with tombstones of
+// earlier rounds in the probe chain: exactly one wins each round.
+TEST(BlockIndex, ConcurrentReserveOfOneKeyHasExactlyOneWinner) {
+  constexpr int kRounds = 3000;
+  constexpr int kThreads = 2;
+  BlockIndex index(256);
+  std::barrier sync(kThreads);
+  std::atomic<int> won[kRounds] = {};
+  std::atomic<int> other[kRounds] = {};
+  auto body = [&] {
+    for (int round = 0; round < kRounds; ++round) {
+      // 40 distinct keys: rounds reuse keys whose previous slot was aborted or erased.
+      Key k = KeyFromId(static_cast<uint64_t>(round % 40), 77);
+      sync.arrive_and_wait();
+      BlockIndex::Reservation r;
+      Outcome o = index.Reserve(k, &r);
+      (o == Outcome::kReserved ? won : other)[round].fetch_add(1);
+      sync.arrive_and_wait();  // both decided before the winner lets go of the key
+      if (o == Outcome::kReserved) {
+        if (round % 2 == 0) {
+          index.Abort(r);
+        } else {
+          index.Publish(r, EntryFor(k));
+          EXPECT_TRUE(index.Erase(k, 1, 1));
+        }
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) threads.emplace_back(body);
+  for (auto& t : threads) t.join();
+  for (int round = 0; round < kRounds; ++round) {
+    ASSERT_EQ(won[round].load(), 1) << "round " << round;
+    ASSERT_EQ(other[round].load(), kThreads - 1) << "round " << round;
+  }
+  EXPECT_EQ(index.size(), 0u);
+}
+
+}  // namespace
+}  // namespace flatcake
