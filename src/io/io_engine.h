@@ -48,6 +48,12 @@ class IoCompletionSink {
   virtual void OnIoComplete(uint64_t tag, const Status& status) = 0;
 };
 
+// A memory region (e.g. a restore staging window) that ops' buffers may lie in.
+struct IoBufferRegion {
+  void* base = nullptr;
+  uint64_t len = 0;
+};
+
 class IoEngine {
  public:
   virtual ~IoEngine() = default;
@@ -56,7 +62,26 @@ class IoEngine {
   virtual Status RegisterFiles(std::span<const int> fds) = 0;
   virtual void Submit(std::span<const IoOp> ops, IoCompletionSink* sink) = 0;
   virtual std::string_view name() const = 0;
+
+  // Optional: announces long-lived buffers (staging windows) so an engine that can pin them once
+  // does so (io_uring fixed buffers) and uses the cheaper fixed-buffer ops for any op whose buffer
+  // lies inside one. Regions accumulate across calls. Engines without such a facility return
+  // Unsupported (the default); callers treat any failure as "not registered" and carry on.
+  // REQUIRES: no op in flight; not called from a completion callback.
+  virtual Status RegisterBuffers(std::span<const IoBufferRegion> regions) {
+    return Status::Unsupported("this I/O engine has no registered buffers");
+  }
+  // Forgets regions previously registered with these bases; must be called before the memory is
+  // freed, since a pinned region would otherwise alias whatever is mapped there next.
+  // REQUIRES: no op in flight in those regions; not called from a completion callback.
+  virtual void UnregisterBuffers(std::span<const IoBufferRegion> regions) {}
 };
+
+// Error statuses every engine produces, so messages read the same whatever the engine:
+// "<read|write> file F offset O (len L): <cause>", where O is where the failing transfer began.
+Status IoErrnoStatus(const IoOp& op, uint64_t done, int err);
+Status IoEofStatus(const IoOp& op, uint64_t done);          // 0 bytes before the end: IOError
+Status IoBadFileStatus(const IoOp& op, size_t file_count);  // file index not registered
 
 // Submits `ops` and waits for all of them. Returns OK or the first error seen (with the file and
 // offset in its message).

@@ -1,0 +1,122 @@
+#include "io/fault_injection_io_engine.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace flatcake {
+namespace {
+
+// Completes a shortened op: passes a real error through, otherwise replaces success with the
+// injected fault. Deletes itself after its single completion.
+class ShortOpSink : public IoCompletionSink {
+ public:
+  ShortOpSink(IoCompletionSink* user, Status fault) : user_(user), fault_(std::move(fault)) {}
+  void OnIoComplete(uint64_t tag, const Status& status) override {
+    IoCompletionSink* user = user_;
+    Status out = status.ok() ? fault_ : status;
+    delete this;
+    user->OnIoComplete(tag, out);
+  }
+
+ private:
+  IoCompletionSink* user_;
+  Status fault_;
+};
+
+}  // namespace
+
+void FaultInjectionIoEngine::SetReadError(int err, uint64_t every_nth) {
+  FaultSpec spec;
+  spec.err = err;
+  spec.every_nth = every_nth;
+  SetReadFault(spec);
+}
+
+void FaultInjectionIoEngine::SetWriteError(int err, uint64_t every_nth) {
+  FaultSpec spec;
+  spec.err = err;
+  spec.every_nth = every_nth;
+  SetWriteFault(spec);
+}
+
+void FaultInjectionIoEngine::SetReadFault(const FaultSpec& spec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  read_rule_ = Rule{spec};
+}
+
+void FaultInjectionIoEngine::SetWriteFault(const FaultSpec& spec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  write_rule_ = Rule{spec};
+}
+
+void FaultInjectionIoEngine::ClearReads() {
+  std::lock_guard<std::mutex> lock(mu_);
+  read_rule_.reset();
+}
+
+void FaultInjectionIoEngine::ClearWrites() {
+  std::lock_guard<std::mutex> lock(mu_);
+  write_rule_.reset();
+}
+
+void FaultInjectionIoEngine::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  read_rule_.reset();
+  write_rule_.reset();
+}
+
+FaultInjectionIoEngine::Counters FaultInjectionIoEngine::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+std::optional<FaultSpec> FaultInjectionIoEngine::Pick(const IoOp& op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool read = op.opcode == IoOpcode::kRead;
+  std::optional<Rule>& rule = read ? read_rule_ : write_rule_;
+  if (!rule) return std::nullopt;
+  const FaultSpec& spec = rule->spec;
+  if (spec.file && *spec.file != op.file) return std::nullopt;
+  const uint64_t end = op.offset + op.len;
+  if (end <= spec.range_begin || op.offset >= spec.range_end) return std::nullopt;
+  if (rule->injected >= spec.max_faults) return std::nullopt;
+  const uint64_t nth = spec.every_nth == 0 ? 1 : spec.every_nth;
+  if (++rule->seen % nth != 0) return std::nullopt;
+  ++rule->injected;
+  if (spec.kind == FaultSpec::Kind::kError) {
+    ++(read ? counters_.read_errors : counters_.write_errors);
+  } else {
+    ++(read ? counters_.short_reads : counters_.torn_writes);
+  }
+  return spec;
+}
+
+void FaultInjectionIoEngine::Submit(std::span<const IoOp> ops, IoCompletionSink* sink) {
+  std::vector<IoOp> pass;
+  pass.reserve(ops.size());
+  for (const IoOp& op : ops) {
+    std::optional<FaultSpec> fault = Pick(op);
+    if (!fault) {
+      pass.push_back(op);
+      continue;
+    }
+    if (fault->kind == FaultSpec::Kind::kError) {
+      sink->OnIoComplete(op.tag, IoErrnoStatus(op, 0, fault->err));
+      continue;
+    }
+    uint64_t prefix = fault->prefix_bytes ? *fault->prefix_bytes : (op.len / 2) & ~uint64_t{4095};
+    prefix = std::min(prefix, op.len == 0 ? 0 : op.len - 1);  // always leave something missing
+    Status injected = op.opcode == IoOpcode::kRead ? IoEofStatus(op, prefix)
+                                                   : IoErrnoStatus(op, prefix, fault->err);
+    if (prefix == 0) {
+      sink->OnIoComplete(op.tag, injected);
+      continue;
+    }
+    IoOp head = op;
+    head.len = prefix;
+    base_->Submit(std::span<const IoOp>(&head, 1), new ShortOpSink(sink, std::move(injected)));
+  }
+  if (!pass.empty()) base_->Submit(pass, sink);
+}
+
+}  // namespace flatcake

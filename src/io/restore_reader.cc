@@ -1,0 +1,380 @@
+#include "io/restore_reader.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace flatcake {
+namespace {
+
+constexpr uint64_t kNone = ~0ull;
+constexpr uint64_t kStagingAlign = 4096;       // O_DIRECT buffer alignment
+constexpr uint64_t kWindowAlign = 2ull << 20;  // lets the kernel back the window with huge pages
+
+uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Bytes of slice `s` that fall inside read `r`: [lo, hi) in file offsets.
+inline void Intersect(const SliceRead& s, const MergedRead& r, uint64_t* lo, uint64_t* hi) {
+  *lo = std::max(s.offset, r.offset);
+  *hi = std::min(s.offset + s.len, r.offset + r.len);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// RestoreHandle
+
+RestoreHandle::RestoreHandle(RestoreReader* reader, CoalescePlan plan, uint32_t num_layers,
+                             LayerCallback cb)
+    : reader_(reader), plan_(std::move(plan)), num_layers_(num_layers), on_layer_(std::move(cb)) {}
+
+Status RestoreHandle::WaitLayer(uint32_t layer) {
+  if (layer >= num_layers_) {
+    return Status::InvalidArgument("layer " + std::to_string(layer) + " out of range (" +
+                                   std::to_string(num_layers_) + " layers)");
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return layer_left_[layer] == 0; });
+  return layer_status_[layer];
+}
+
+Status RestoreHandle::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return done_; });
+  return first_error_;
+}
+
+bool RestoreHandle::done() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+RestoreStats RestoreHandle::stats() const {
+  RestoreStats s;
+  s.reads_issued = reads_issued_.load(std::memory_order_relaxed);
+  s.bytes_read = bytes_read_.load(std::memory_order_relaxed);
+  s.bytes_delivered = bytes_delivered_.load(std::memory_order_relaxed);
+  s.bytes_gap = plan_.bytes_gap;
+  s.direct_reads = direct_.load(std::memory_order_relaxed);
+  s.scattered_reads = scattered_.load(std::memory_order_relaxed);
+  return s;
+}
+
+void RestoreHandle::OnIoComplete(uint64_t tag, const Status& status) {
+  CompleteRead(static_cast<uint32_t>(tag), status);
+}
+
+void RestoreHandle::CompleteRead(uint32_t idx, const Status& status) {
+  const MergedRead& r = plan_.reads[idx];
+  const ReadState& rs = reads_[idx];
+  uint64_t delivered = 0;
+  if (status.ok()) {
+    if (rs.direct) {
+      delivered = r.len;
+    } else {
+      for (uint32_t k = r.first_slice; k < r.first_slice + r.slice_count; ++k) {
+        const SliceRead& s = plan_.slices[k];
+        uint64_t lo, hi;
+        Intersect(s, r, &lo, &hi);
+        if (lo >= hi) continue;
+        std::memcpy(s.dest + (lo - s.offset), rs.buf + (lo - r.offset), hi - lo);
+        delivered += hi - lo;
+      }
+    }
+    bytes_read_.fetch_add(r.len, std::memory_order_relaxed);
+    bytes_delivered_.fetch_add(delivered, std::memory_order_relaxed);
+  }
+  reader_->Release(rs, r.len);
+
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint32_t k = r.first_slice; k < r.first_slice + r.slice_count; ++k) {
+      const SliceRead& s = plan_.slices[k];
+      uint64_t lo, hi;
+      Intersect(s, r, &lo, &hi);
+      if (lo >= hi) continue;
+      layer_left_[s.layer] -= hi - lo;
+      if (!status.ok() && layer_status_[s.layer].ok()) layer_status_[s.layer] = status;
+    }
+    if (!status.ok()) {
+      if (first_error_.ok()) first_error_ = status;
+      failed_.store(true, std::memory_order_relaxed);
+    }
+    cv_.notify_all();
+  }
+  ReportLayers();
+  // Counted only now, after this thread's last use of the handle: the thread that takes the count
+  // to zero may release the last reference.
+  bool finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished = --reads_left_ == 0;
+  }
+  if (!finished) return;
+  // The reader's totals include this restore before anyone waiting on it wakes up; after
+  // HandleDone the reader may be gone, so only the handle is touched below.
+  reader_->HandleDone(stats());
+  std::shared_ptr<RestoreHandle> self;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    self = std::move(keepalive_);
+    cv_.notify_all();
+  }
+  // `self` may drop the last reference here, after the lock is released.
+}
+
+void RestoreHandle::ReportLayers() {
+  if (!on_layer_) return;
+  std::lock_guard<std::mutex> report(report_mu_);
+  std::vector<std::pair<uint32_t, Status>> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (next_report_ < num_layers_ && layer_left_[next_report_] == 0) {
+      ready.emplace_back(next_report_, layer_status_[next_report_]);
+      ++next_report_;
+    }
+  }
+  for (const auto& [layer, status] : ready) on_layer_(layer, status);
+}
+
+// ---------------------------------------------------------------------------------------------
+// RestoreReader
+
+RestoreReader::RestoreReader(IoEngine& engine, const RestoreOptions& options)
+    : engine_(engine), options_(options), coalesce_(options.coalesce) {}
+
+Result<std::unique_ptr<RestoreReader>> RestoreReader::Create(IoEngine& engine,
+                                                             const RestoreOptions& options) {
+  FC_RETURN_IF_ERROR(ValidateCoalesceOptions(options.coalesce));
+  const uint64_t align = std::max(options.coalesce.alignment, kStagingAlign);
+  if (options.window_bytes < align) {
+    return Status::InvalidArgument("restore window (" + std::to_string(options.window_bytes) +
+                                   " bytes) smaller than one aligned block");
+  }
+  std::unique_ptr<RestoreReader> reader(new RestoreReader(engine, options));
+  reader->window_bytes_ = options.window_bytes / align * align;
+  // Every read must fit the window, or it could never be staged.
+  if (reader->coalesce_.max_io > reader->window_bytes_) {
+    reader->coalesce_.max_io =
+        reader->window_bytes_ / options.coalesce.alignment * options.coalesce.alignment;
+  }
+  void* mem = nullptr;
+  if (::posix_memalign(&mem, kWindowAlign, reader->window_bytes_) != 0) {
+    return Status::NoSpace("cannot allocate a " + std::to_string(reader->window_bytes_) +
+                           " byte restore window");
+  }
+  ::madvise(mem, reader->window_bytes_, MADV_HUGEPAGE);
+  std::memset(mem, 0, reader->window_bytes_);  // fault the pages in now, not during restores
+  reader->window_ = static_cast<uint8_t*>(mem);
+  if (options.register_window) {
+    IoBufferRegion region{reader->window_, reader->window_bytes_};
+    reader->window_registered_ = engine.RegisterBuffers({&region, 1}).ok();
+  }
+  reader->issuer_ = std::thread([r = reader.get()] { r->IssueLoop(); });
+  return reader;
+}
+
+RestoreReader::~RestoreReader() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return active_ == 0; });
+  }
+  if (issuer_.joinable()) issuer_.join();
+  if (window_registered_) {
+    IoBufferRegion region{window_, window_bytes_};
+    engine_.UnregisterBuffers({&region, 1});
+  }
+  std::free(window_);
+}
+
+Result<std::shared_ptr<RestoreHandle>> RestoreReader::Start(std::span<const SliceRead> slices,
+                                                            uint32_t num_layers,
+                                                            LayerCallback on_layer) {
+  uint32_t max_layer = 0;
+  for (const auto& s : slices) max_layer = std::max(max_layer, s.layer);
+  if (num_layers == 0) {
+    num_layers = slices.empty() ? 0 : max_layer + 1;
+  } else if (!slices.empty() && max_layer >= num_layers) {
+    return Status::InvalidArgument("restore: slice layer " + std::to_string(max_layer) +
+                                   " >= num_layers " + std::to_string(num_layers));
+  }
+  FC_ASSIGN_OR_RETURN(CoalescePlan plan, PlanReads(slices, coalesce_));
+  std::shared_ptr<RestoreHandle> h(
+      new RestoreHandle(this, std::move(plan), num_layers, std::move(on_layer)));
+  const CoalescePlan& p = h->plan_;
+  h->layer_left_.assign(num_layers, 0);
+  h->layer_status_.assign(num_layers, Status::OK());
+  for (const auto& s : p.slices) h->layer_left_[s.layer] += s.len;
+
+  // Per read: the earliest layer it serves (issue order) and whether it can land in place.
+  const size_t n = p.reads.size();
+  h->reads_.resize(n);
+  std::vector<uint32_t> min_layer(n);
+  const uint64_t align = std::max(coalesce_.alignment, kStagingAlign);
+  for (size_t i = 0; i < n; ++i) {
+    const MergedRead& r = p.reads[i];
+    uint32_t ml = ~0u;
+    bool direct = options_.allow_direct;
+    uint64_t expect_off = r.offset;
+    uint8_t* expect_dest = nullptr;
+    for (uint32_t k = r.first_slice; k < r.first_slice + r.slice_count; ++k) {
+      const SliceRead& s = p.slices[k];
+      ml = std::min(ml, s.layer);
+      if (!direct) continue;
+      uint64_t lo, hi;
+      Intersect(s, r, &lo, &hi);
+      uint8_t* dest = s.dest + (lo - s.offset);
+      if (lo != expect_off || (expect_dest != nullptr && dest != expect_dest)) {
+        direct = false;
+        continue;
+      }
+      if (expect_dest == nullptr) {
+        direct = reinterpret_cast<uintptr_t>(dest) % align == 0;
+      }
+      expect_off = hi;
+      expect_dest = dest + (hi - lo);
+    }
+    direct = direct && expect_off == r.offset + r.len;
+    min_layer[i] = ml;
+    h->reads_[i].direct = direct;
+    if (direct)
+      h->reads_[i].buf = p.slices[r.first_slice].dest + (r.offset - p.slices[r.first_slice].offset);
+  }
+  h->issue_order_.resize(n);
+  for (uint32_t i = 0; i < n; ++i) h->issue_order_[i] = i;
+  std::stable_sort(h->issue_order_.begin(), h->issue_order_.end(),
+                   [&](uint32_t a, uint32_t b) { return min_layer[a] < min_layer[b]; });
+
+  h->ReportLayers();  // layers without slices
+  if (n == 0) {
+    h->done_ = true;
+    return h;
+  }
+  h->reads_left_ = n;
+  h->keepalive_ = h;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++active_;
+    queue_.push_back(h);
+  }
+  cv_.notify_all();
+  return h;
+}
+
+Status RestoreReader::Restore(std::span<const SliceRead> slices) {
+  FC_ASSIGN_OR_RETURN(auto handle, Start(slices));
+  return handle->Wait();
+}
+
+RestoreStats RestoreReader::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return totals_;
+}
+
+uint64_t RestoreReader::RingAllocate(uint64_t len) {
+  const uint64_t pos = ring_head_ % window_bytes_;
+  const uint64_t pad = pos + len > window_bytes_ ? window_bytes_ - pos : 0;
+  if (ring_head_ + pad + len - ring_tail_ > window_bytes_) return kNone;
+  if (pad > 0) {
+    ring_.push_back(RingBlock{ring_head_, pad, true});
+    ring_head_ += pad;
+  }
+  const uint64_t start = ring_head_;
+  ring_.push_back(RingBlock{start, len, false});
+  ring_head_ += len;
+  return start;
+}
+
+void RestoreReader::Release(const RestoreHandle::ReadState& read, uint64_t len) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!read.issued) return;  // skipped after an error: it never took any budget
+  if (read.direct) {
+    direct_inflight_ -= std::min(direct_inflight_, len);
+  } else if (read.ring_pos != kNone) {
+    auto it = std::lower_bound(ring_.begin(), ring_.end(), read.ring_pos,
+                               [](const RingBlock& b, uint64_t pos) { return b.start < pos; });
+    if (it != ring_.end() && it->start == read.ring_pos) it->freed = true;
+    while (!ring_.empty() && ring_.front().freed) {
+      ring_tail_ = ring_.front().start + ring_.front().len;
+      ring_.pop_front();
+    }
+  }
+  cv_.notify_all();
+}
+
+void RestoreReader::HandleDone(const RestoreStats& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  totals_.reads_issued += s.reads_issued;
+  totals_.bytes_read += s.bytes_read;
+  totals_.bytes_delivered += s.bytes_delivered;
+  totals_.bytes_gap += s.bytes_gap;
+  totals_.direct_reads += s.direct_reads;
+  totals_.scattered_reads += s.scattered_reads;
+  --active_;
+  cv_.notify_all();
+}
+
+void RestoreReader::IssueLoop() {
+  std::vector<IoOp> batch;
+  std::vector<uint32_t> skipped;
+  for (;;) {
+    batch.clear();
+    skipped.clear();
+    std::shared_ptr<RestoreHandle> h;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left to issue
+      h = queue_.front();
+      const CoalescePlan& p = h->plan_;
+      while (h->next_issue_ < h->issue_order_.size()) {
+        const uint32_t idx = h->issue_order_[h->next_issue_];
+        if (h->failed_.load(std::memory_order_relaxed)) {
+          skipped.push_back(idx);
+          ++h->next_issue_;
+          continue;
+        }
+        const MergedRead& r = p.reads[idx];
+        RestoreHandle::ReadState& rs = h->reads_[idx];
+        if (rs.direct) {
+          if (direct_inflight_ > 0 && direct_inflight_ + r.len > window_bytes_) break;
+          direct_inflight_ += r.len;
+          h->direct_.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          const uint64_t pos = RingAllocate(AlignUp(r.len, kStagingAlign));
+          if (pos == kNone) break;
+          rs.ring_pos = pos;
+          rs.buf = window_ + pos % window_bytes_;
+          h->scattered_.fetch_add(1, std::memory_order_relaxed);
+        }
+        rs.issued = true;
+        batch.push_back(IoOp{IoOpcode::kRead, r.file, r.offset, rs.buf, r.len, idx});
+        ++h->next_issue_;
+      }
+      if (h->next_issue_ == h->issue_order_.size()) {
+        queue_.pop_front();
+      } else if (batch.empty() && skipped.empty()) {
+        cv_.wait(lock);  // window full: wait for a completion to free space
+        continue;
+      }
+    }
+    h->reads_issued_.fetch_add(batch.size(), std::memory_order_relaxed);
+    if (!batch.empty()) engine_.Submit(batch, h.get());
+    for (uint32_t idx : skipped) {
+      Status first;
+      {
+        std::lock_guard<std::mutex> lock(h->mu_);
+        first = h->first_error_;
+      }
+      h->CompleteRead(idx, first.WithContext("not issued after an earlier error"));
+    }
+  }
+}
+
+}  // namespace flatcake

@@ -1,0 +1,170 @@
+// RestoreReader: the restore pipeline of FC-CIO (paper §3.4). Given slice reads (file, offset,
+// len, destination, layer), it plans them with the coalescer, then issues the merged reads through
+// an IoEngine with a bounded number of bytes in flight, earliest layers first, and lands the data:
+//   - a read that maps exactly onto one contiguous, aligned destination span is read straight into
+//     it ("direct");
+//   - any other read lands in the staging window and its slices are copied out ("scattered").
+// Completion is reported per layer: RestoreHandle::WaitLayer(l) blocks until every byte of layer l
+// has landed (or failed), and an optional callback is invoked once per layer, in layer order, so a
+// consumer can start on layer l while later layers are still in flight.
+//
+// Memory: one staging window of `window_bytes`, allocated aligned once per reader, pre-faulted and
+// registered with the engine (io_uring fixed buffers where the engine supports it). Staged reads
+// allocate from it in issue order (a ring; a region is reused once every earlier region is freed);
+// direct reads do not use it but are held to the same byte budget. When the window is full the
+// issuer waits for completions: backpressure delays, it never aborts a restore.
+//
+// Thread safety: Start may be called from any thread; concurrent restores share the window and are
+// issued in Start order. One internal thread issues reads; the engine's threads complete them and
+// run the scatter and the layer callbacks. Callbacks must not block on later layers of the same
+// restore, nor destroy the reader. A RestoreHandle may be waited on from several threads.
+// After the first error a restore issues nothing more: its remaining reads fail with that error.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "io/coalesce.h"
+#include "io/io_engine.h"
+
+namespace flatcake {
+
+struct RestoreOptions {
+  uint64_t window_bytes = 64ull << 20;  // staging window; also the in-flight byte budget
+  CoalesceOptions coalesce;             // max_io is lowered to the window when larger
+  bool register_window = true;          // offer the window to the engine as a fixed buffer
+  bool allow_direct = true;             // read into destinations when they line up
+};
+
+struct RestoreStats {
+  uint64_t reads_issued = 0;
+  uint64_t bytes_read = 0;       // bytes transferred from the files (including gaps, alignment)
+  uint64_t bytes_delivered = 0;  // slice bytes landed in their destinations
+  uint64_t bytes_gap = 0;        // unrequested bytes bridged between slices
+  uint64_t direct_reads = 0;
+  uint64_t scattered_reads = 0;
+};
+
+using LayerCallback = std::function<void(uint32_t layer, const Status& status)>;
+
+class RestoreReader;
+
+class RestoreHandle : public IoCompletionSink {
+ public:
+  ~RestoreHandle() override = default;
+  // Blocks until every slice of `layer` has landed or failed; returns that layer's status.
+  Status WaitLayer(uint32_t layer);
+  // Blocks until every read finished; returns OK or the first error.
+  Status Wait();
+  bool done() const;
+  uint32_t num_layers() const { return num_layers_; }
+  RestoreStats stats() const;
+  const CoalescePlan& plan() const { return plan_; }
+
+  void OnIoComplete(uint64_t tag, const Status& status) override;
+
+ private:
+  friend class RestoreReader;
+  struct ReadState {
+    uint8_t* buf = nullptr;     // destination of the engine read
+    uint64_t ring_pos = ~0ull;  // staging allocation (absolute ring position), ~0 when none
+    bool direct = false;
+    bool issued = false;  // holds window space or direct budget until it completes
+  };
+  RestoreHandle(RestoreReader* reader, CoalescePlan plan, uint32_t num_layers, LayerCallback cb);
+
+  // Lands read `idx` (or accounts for its failure) and reports layers that became complete.
+  void CompleteRead(uint32_t idx, const Status& status);
+  void ReportLayers();
+
+  RestoreReader* const reader_;
+  const CoalescePlan plan_;
+  const uint32_t num_layers_;
+  const LayerCallback on_layer_;
+  std::vector<ReadState> reads_;
+  std::vector<uint32_t> issue_order_;  // read indices, earliest layer first
+  size_t next_issue_ = 0;              // issuer thread only
+  std::atomic<bool> failed_{false};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<uint64_t> layer_left_;          // GUARDED_BY(mu_): bytes not yet landed per layer
+  std::vector<Status> layer_status_;          // GUARDED_BY(mu_)
+  size_t reads_left_ = 0;                     // GUARDED_BY(mu_)
+  uint32_t next_report_ = 0;                  // GUARDED_BY(mu_)
+  Status first_error_;                        // GUARDED_BY(mu_)
+  bool done_ = false;                         // GUARDED_BY(mu_)
+  std::shared_ptr<RestoreHandle> keepalive_;  // GUARDED_BY(mu_): set while reads are pending
+  std::mutex report_mu_;                      // serialises callbacks so they run in layer order
+
+  std::atomic<uint64_t> reads_issued_{0}, bytes_read_{0}, bytes_delivered_{0}, direct_{0},
+      scattered_{0};
+};
+
+class RestoreReader {
+ public:
+  // REQUIRES: `engine` has its files registered and outlives the reader.
+  static Result<std::unique_ptr<RestoreReader>> Create(IoEngine& engine,
+                                                       const RestoreOptions& options);
+  // Waits for every restore started on this reader to finish.
+  ~RestoreReader();
+  RestoreReader(const RestoreReader&) = delete;
+  RestoreReader& operator=(const RestoreReader&) = delete;
+
+  // Plans `slices` and queues the restore; returns at once. `num_layers` = 0 means "highest layer
+  // + 1"; layers without slices complete immediately. The destinations must stay valid until the
+  // handle is done. Fails only on bad input (see PlanReads, and a layer >= num_layers).
+  Result<std::shared_ptr<RestoreHandle>> Start(std::span<const SliceRead> slices,
+                                               uint32_t num_layers = 0,
+                                               LayerCallback on_layer = nullptr);
+  // Start + Wait.
+  Status Restore(std::span<const SliceRead> slices);
+
+  RestoreStats stats() const;  // cumulative over all restores
+  bool window_registered() const { return window_registered_; }
+  uint64_t window_bytes() const { return window_bytes_; }
+  const CoalesceOptions& coalesce_options() const { return coalesce_; }
+
+ private:
+  friend class RestoreHandle;
+  RestoreReader(IoEngine& engine, const RestoreOptions& options);
+
+  void IssueLoop();
+  // Staging ring: returns the absolute position of `len` bytes, or ~0 when they do not fit now.
+  uint64_t RingAllocate(uint64_t len);  // REQUIRES: mu_ held
+  void Release(const RestoreHandle::ReadState& read, uint64_t len);
+  void HandleDone(const RestoreStats& s);
+
+  IoEngine& engine_;
+  const RestoreOptions options_;
+  CoalesceOptions coalesce_;
+  uint64_t window_bytes_ = 0;
+  uint8_t* window_ = nullptr;
+  bool window_registered_ = false;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // window space freed, work queued, handle finished
+  struct RingBlock {
+    uint64_t start;
+    uint64_t len;
+    bool freed;
+  };
+  std::deque<RingBlock> ring_;                        // GUARDED_BY(mu_), in start order
+  uint64_t ring_head_ = 0;                            // GUARDED_BY(mu_)
+  uint64_t ring_tail_ = 0;                            // GUARDED_BY(mu_)
+  uint64_t direct_inflight_ = 0;                      // GUARDED_BY(mu_)
+  std::deque<std::shared_ptr<RestoreHandle>> queue_;  // GUARDED_BY(mu_)
+  size_t active_ = 0;                                 // GUARDED_BY(mu_): restores not yet done
+  bool stop_ = false;                                 // GUARDED_BY(mu_)
+  RestoreStats totals_;                               // GUARDED_BY(mu_)
+  std::thread issuer_;
+};
+
+}  // namespace flatcake
