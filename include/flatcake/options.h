@@ -16,10 +16,10 @@ inline constexpr uint64_t kMiB = 1024 * kKiB;
 inline constexpr uint64_t kGiB = 1024 * kMiB;
 
 enum class HugePageMode : uint8_t {
-  kAuto,      // MAP_HUGETLB if enough reserved huge pages, else THP via madvise, else plain pages
-  kHugeTlb,   // MAP_HUGETLB or fail
+  kAuto,     // MAP_HUGETLB if enough reserved huge pages, else THP via madvise, else plain pages
+  kHugeTlb,  // MAP_HUGETLB or fail
   kTransparent,  // madvise(MADV_HUGEPAGE)
-  kNone,      // plain pages
+  kNone,         // plain pages
 };
 
 enum class DirectIoMode : uint8_t {
@@ -36,15 +36,15 @@ struct StoreOptions {
   HugePageMode huge_pages = HugePageMode::kAuto;
 
   // --- SSD medium ---
-  std::vector<std::string> ssd_dirs;  // one per drive; empty disables the SSD medium
-  uint64_t ssd_bytes = 4 * kGiB;      // total over all directories
+  std::vector<std::string> ssd_dirs;     // one per drive; empty disables the SSD medium
+  uint64_t ssd_bytes = 4 * kGiB;         // total over all directories
   uint64_t ssd_file_bytes = 256 * kMiB;  // size of each pre-allocated pool file (4 KiB multiple)
   DirectIoMode direct_io = DirectIoMode::kAuto;
 
   // --- placement (paper Table 2) ---
-  uint64_t tau_tokens = 512;         // a prior reply shorter than this keeps a chat turn in DRAM
-  uint64_t l_agent_tokens = 32768;   // a context at least this long goes to SSD
-  uint32_t tokens_per_block = 256;   // tokens in one block (page); converts blocks to tokens
+  uint64_t tau_tokens = 512;        // a prior reply shorter than this keeps a chat turn in DRAM
+  uint64_t l_agent_tokens = 32768;  // a context at least this long goes to SSD
+  uint32_t tokens_per_block = 256;  // tokens in one block (page); converts blocks to tokens
 
   // --- reclamation: fractions of each medium's capacity ---
   double high_watermark = 0.95;  // reclaim when usage reaches this
@@ -58,10 +58,10 @@ struct StoreOptions {
   std::string io_engine = "auto";  // auto | uring | preadv | posix
   uint32_t io_workers = 2;         // reader threads (one io_uring ring each)
   uint32_t io_queue_depth = 64;
-  uint64_t read_window_bytes = 64 * kMiB;   // bounded staging for SSD restores
+  uint64_t read_window_bytes = 64 * kMiB;    // bounded staging for SSD restores
   uint64_t write_staging_bytes = 32 * kMiB;  // gather buffer for SSD segment writes
-  uint64_t max_gap_bytes = 64 * kKiB;       // Δgap: bridge holes up to this size when coalescing
-  uint64_t max_io_bytes = 4 * kMiB;         // split merged reads at this size
+  uint64_t max_gap_bytes = 64 * kKiB;        // Δgap: bridge holes up to this size when coalescing
+  uint64_t max_io_bytes = 4 * kMiB;          // split merged reads at this size
 
   bool verify_checksums = true;  // verify every block's XXH3 checksum on read
 };

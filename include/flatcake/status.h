@@ -76,7 +76,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (status_.ok()) status_ = Status::InvalidArgument("Result constructed from OK status");
   }
@@ -103,15 +103,14 @@ class [[nodiscard]] Result {
 #define FC_CONCAT_(a, b) FC_CONCAT_INNER_(a, b)
 
 // Returns the Status from the enclosing function if `expr` is not OK.
-#define FC_RETURN_IF_ERROR(expr)                      \
-  do {                                                \
-    ::flatcake::Status fc_status_ = (expr);           \
-    if (!fc_status_.ok()) return fc_status_;          \
+#define FC_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::flatcake::Status fc_status_ = (expr);  \
+    if (!fc_status_.ok()) return fc_status_; \
   } while (false)
 
 // `FC_ASSIGN_OR_RETURN(auto x, MakeX());` unwraps a Result or returns its Status.
-#define FC_ASSIGN_OR_RETURN(lhs, rexpr)                                 \
-  auto FC_CONCAT_(fc_result_, __LINE__) = (rexpr);                      \
-  if (!FC_CONCAT_(fc_result_, __LINE__).ok())                           \
-    return FC_CONCAT_(fc_result_, __LINE__).status();                   \
+#define FC_ASSIGN_OR_RETURN(lhs, rexpr)                                                         \
+  auto FC_CONCAT_(fc_result_, __LINE__) = (rexpr);                                              \
+  if (!FC_CONCAT_(fc_result_, __LINE__).ok()) return FC_CONCAT_(fc_result_, __LINE__).status(); \
   lhs = std::move(FC_CONCAT_(fc_result_, __LINE__)).value()

@@ -39,7 +39,7 @@ struct WriteHints {
   // Key of the block just before keys[0] in the caller's prefix chain. When it is the tail of an
   // existing scope, the batch joins that scope's session.
   std::optional<Key> prefix_tail;
-  uint32_t turn = 0;                          // 0 = unknown: inferred from the session
+  uint32_t turn = 0;                           // 0 = unknown: inferred from the session
   std::optional<uint64_t> prior_reply_tokens;  // output tokens of the previous turn
   std::optional<uint64_t> context_tokens;      // tokens before keys[0]; default from the chain
   bool shared_prefix = false;                  // the engine's prefix refcount is > 1
@@ -47,10 +47,10 @@ struct WriteHints {
 };
 
 struct PutResult {
-  uint32_t written = 0;          // blocks written by this call
-  uint32_t already_present = 0;  // blocks skipped because the key exists or is being written
+  uint32_t written = 0;                 // blocks written by this call
+  uint32_t already_present = 0;         // blocks skipped because the key exists or is being written
   MediaType medium = MediaType::kDram;  // where the written blocks went
-  uint32_t segments = 0;         // segments created (more than 1 when an extent boundary split it)
+  uint32_t segments = 0;  // segments created (more than 1 when an extent boundary split it)
 };
 
 struct GetOptions {
@@ -91,7 +91,7 @@ struct StoreStats {
   uint64_t blocks_written = 0, blocks_skipped_present = 0;
   uint64_t hits = 0, misses = 0, checksum_mismatches = 0;
   uint64_t io_errors = 0;
-  uint64_t index_capacity = 0, index_size = 0;
+  uint64_t index_capacity = 0, index_size = 0, index_tombstones = 0, index_compactions = 0;
 };
 
 // What Open found and chose; printed by `flatcake info`.
@@ -100,7 +100,7 @@ struct StoreInfo {
   std::string io_engine;       // engine in use
   std::string io_note;         // why a fallback was chosen, if any
   bool ssd_direct_io = false;
-  std::string ssd_note;        // e.g. "O_DIRECT refused by tmpfs; using buffered I/O"
+  std::string ssd_note;  // e.g. "O_DIRECT refused by tmpfs; using buffered I/O"
   uint32_t ssd_files = 0;
   std::vector<std::string> ssd_dirs;
 };

@@ -1,6 +1,412 @@
-// Placeholder until this subcommand lands; registers nothing.
+// `flatcake bench restore`: how fast a long-context session comes back from SSD.
+//
+// One session (default: 32 layers x 2 planes x 16 KiB slices, 2 GiB) is written twice:
+//  - flat: through the store, one layer-major segment per turn, session-contiguous;
+//  - eviction-ordered: page-contiguous block objects in bucket files, each followed by other
+//    sessions' objects, as a tiered store's LRU eviction leaves them (the other sessions' bytes
+//    are never read, so only their space is reserved).
+// Each copy is then restored into memory, every byte verified:
+//  - raw: the flat copy's bytes with large sequential O_DIRECT reads (the disk's limit);
+//  - flat: Store::Get, layer by layer (coalesced, per-layer completion);
+//  - scattered: the eviction-ordered copy layer by layer (one small read per block per layer);
+//  - scattered-object: the eviction-ordered copy object by object (first layer usable at the end).
+// All four use the same engine kind and the same RestoreReader. Repetitions alternate the order
+// and the table reports medians; ratios are taken within each repetition.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
+#include "cli/store_flags.h"
+#include "io/restore_reader.h"
+#include "store/flat_store.h"
+#include "store/staging.h"
+#include "testing/test_util.h"
 
 namespace flatcake::cli {
-void RegisterRestoreBench(CLI::App& /*app*/, int* /*exit_code*/) {}
+namespace {
+
+struct RestoreArgs {
+  uint32_t layers = 32;
+  uint32_t planes = 2;
+  uint64_t slice_bytes = 16 * kKiB;
+  uint64_t bytes = 2 * kGiB;
+  uint32_t turns = 16;
+  uint32_t other_sessions = 3;
+  uint32_t reps = 3;
+  std::string dir;
+  std::string io_engine = "auto";
+  uint32_t io_workers = 2;
+  uint32_t queue_depth = 64;
+  uint64_t window = 64 * kMiB;
+  bool json = false;
+};
+
+using Clock = std::chrono::steady_clock;
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+struct Run {
+  double ms = 0;
+  double first_layer_ms = 0;
+  uint64_t reads = 0;
+  uint64_t bytes = 0;  // bytes delivered
+  double gbps() const { return ms > 0 ? bytes / (ms * 1e6) : 0; }
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+class RestoreBench {
+ public:
+  explicit RestoreBench(const RestoreArgs& a) : a_(a), layout_{a.layers, a.planes, a.slice_bytes} {}
+
+  int Main();
+
+ private:
+  Status Setup();
+  Status WriteEvictionOrdered();
+  Result<Run> Raw();
+  Result<Run> Flat();
+  Result<Run> Scattered(bool by_object);
+  void Verify();
+
+  const RestoreArgs a_;
+  const KvLayout layout_;
+  uint64_t blocks_ = 0;
+  std::unique_ptr<testing::TempDir> tmp_;
+  std::string dir_;
+  std::unique_ptr<FlatStore> store_;
+  std::vector<Key> keys_;
+  testing::HostBlocks* dst_ = nullptr;
+  std::unique_ptr<testing::HostBlocks> dst_owner_;
+  // Eviction-ordered copy.
+  std::vector<int> bucket_fds_;
+  std::vector<std::string> bucket_paths_;
+  std::vector<std::pair<uint32_t, uint64_t>> object_at_;  // block -> (bucket, offset)
+  std::unique_ptr<IoEngine> bucket_engine_;
+  std::unique_ptr<RestoreReader> bucket_reader_;
+  uint64_t verified_ = 0, mismatches_ = 0;
+  std::unique_ptr<StagingBuffer> raw_buf_;
+
+ public:
+  ~RestoreBench() {
+    bucket_reader_.reset();
+    bucket_engine_.reset();
+    for (int fd : bucket_fds_) close(fd);
+    for (const auto& p : bucket_paths_) unlink(p.c_str());
+  }
+};
+
+Status RestoreBench::Setup() {
+  FC_RETURN_IF_ERROR(ValidateKvLayout(layout_));
+  const uint64_t block = layout_.block_bytes();
+  blocks_ = std::max<uint64_t>(a_.turns, (a_.bytes + block - 1) / block);
+  blocks_ = (blocks_ + a_.turns - 1) / a_.turns * a_.turns;
+  dir_ = a_.dir;
+  if (dir_.empty()) {
+    tmp_ = std::make_unique<testing::TempDir>("flatcake-restore");
+    dir_ = tmp_->path();
+  }
+  StoreOptions o;
+  o.dram_bytes = 0;
+  o.ssd_dirs = {dir_};
+  o.ssd_file_bytes = 256 * kMiB;
+  o.ssd_bytes = ((blocks_ * block) / o.ssd_file_bytes + 2 + a_.turns) * o.ssd_file_bytes;
+  o.io_engine = a_.io_engine;
+  o.io_workers = a_.io_workers;
+  o.io_queue_depth = a_.queue_depth;
+  o.read_window_bytes = a_.window;
+  o.high_watermark = 1.0;
+  o.low_watermark = 1.0;
+  FC_ASSIGN_OR_RETURN(store_, FlatStore::OpenWithEngine(o, nullptr));
+
+  keys_ = testing::MakeKeys(7, 0, blocks_);
+  dst_owner_ = std::make_unique<testing::HostBlocks>(layout_, blocks_);
+  dst_ = dst_owner_.get();
+  // Flat copy: one Put per turn, chained, so the session is one scope of `turns` segments.
+  const uint64_t per_turn = blocks_ / a_.turns;
+  testing::HostBlocks src(layout_, per_turn);
+  for (uint32_t t = 0; t < a_.turns; ++t) {
+    std::vector<Key> turn_keys(keys_.begin() + t * per_turn, keys_.begin() + (t + 1) * per_turn);
+    src.Fill(turn_keys);
+    WriteHints h;
+    h.session = "long-context";
+    h.force_medium = MediaType::kSsd;
+    FC_ASSIGN_OR_RETURN(PutResult r, store_->Put(turn_keys, layout_, src.buffers(), h));
+    if (r.written != per_turn) return Status::Aborted("flat copy: not every block was written");
+  }
+  return WriteEvictionOrdered();
+}
+
+Status RestoreBench::WriteEvictionOrdered() {
+  const uint64_t block = layout_.block_bytes();
+  const uint64_t bucket_bytes = 256 * kMiB;
+  const uint64_t stride = block * (a_.other_sessions + 1);
+  const uint64_t per_bucket = std::max<uint64_t>(1, bucket_bytes / stride);
+  const uint64_t buckets = (blocks_ + per_bucket - 1) / per_bucket;
+  for (uint64_t b = 0; b < buckets; ++b) {
+    std::string path = dir_ + "/evicted-bucket-" + std::to_string(b) + ".dat";
+    int fd = open(path.c_str(), O_CREAT | O_RDWR | O_DIRECT | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EINVAL) fd = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (fd < 0) return Status::FromErrno(errno, "create " + path);
+    bucket_fds_.push_back(fd);
+    bucket_paths_.push_back(path);
+    if (fallocate(fd, 0, 0, static_cast<off_t>(per_bucket * stride)) != 0) {
+      return Status::FromErrno(errno, "fallocate " + path);
+    }
+  }
+  IoEngineOptions eo;
+  FC_ASSIGN_OR_RETURN(eo.kind, ParseIoEngineKind(a_.io_engine));
+  eo.workers = a_.io_workers;
+  eo.queue_depth = a_.queue_depth;
+  FC_ASSIGN_OR_RETURN(bucket_engine_, MakeIoEngine(eo));
+  FC_RETURN_IF_ERROR(bucket_engine_->RegisterFiles(bucket_fds_));
+  RestoreOptions ro;
+  ro.window_bytes = a_.window;
+  ro.coalesce.max_gap = store_->options().max_gap_bytes;
+  ro.coalesce.max_io = store_->options().max_io_bytes;
+  FC_ASSIGN_OR_RETURN(bucket_reader_, RestoreReader::Create(*bucket_engine_, ro));
+  // Objects in eviction order: this session's block i, then the other sessions' block i.
+  StagingBuffer obj(block);
+  std::vector<IoOp> ops;
+  for (uint64_t i = 0; i < blocks_; ++i) {
+    object_at_.emplace_back(static_cast<uint32_t>(i / per_bucket), (i % per_bucket) * stride);
+    testing::FillBlock(keys_[i], obj.data(), block);
+    IoOp op;
+    op.opcode = IoOpcode::kWrite;
+    op.file = object_at_.back().first;
+    op.offset = object_at_.back().second;
+    op.buf = obj.data();
+    op.len = block;
+    FC_RETURN_IF_ERROR(ExecuteSync(*bucket_engine_, std::span<const IoOp>(&op, 1)));
+  }
+  return Status::OK();
+}
+
+void RestoreBench::Verify() {
+  std::vector<uint8_t> want(layout_.block_bytes());
+  for (uint64_t i = 0; i < blocks_; ++i) {
+    testing::FillBlock(keys_[i], want.data(), want.size());
+    if (std::memcmp(want.data(), dst_->block(i), want.size()) != 0) mismatches_++;
+    verified_ += want.size();
+  }
+  std::memset(dst_->bytes.data(), 0, dst_->bytes.size());
+}
+
+Result<Run> RestoreBench::Raw() {
+  // The flat copy's bytes, read file after file in max-I/O sequential pieces straight into an
+  // aligned buffer (no scatter: this is the disk's limit, not a restore).
+  const StoreStats st = store_->GetStats();
+  const uint64_t total = st.ssd.admitted_bytes;
+  const uint64_t fb = store_->options().ssd_file_bytes;
+  const uint64_t chunk = store_->options().max_io_bytes;
+  if (!raw_buf_) {
+    raw_buf_ = std::make_unique<StagingBuffer>(total);
+    if (!raw_buf_->data()) return Status::NoSpace("raw read buffer");
+    std::memset(raw_buf_->data(), 0, total);  // fault the pages in before timing
+  }
+  StagingBuffer& buf = *raw_buf_;
+  std::vector<IoOp> ops;
+  for (uint64_t pos = 0; pos < total; pos += chunk) {
+    IoOp op;
+    op.file = static_cast<uint32_t>(pos / fb);
+    op.offset = pos % fb;
+    op.len = std::min(chunk, std::min(total - pos, fb - op.offset));
+    op.buf = buf.data() + pos;
+    ops.push_back(op);
+  }
+  auto t0 = Clock::now();
+  FC_RETURN_IF_ERROR(ExecuteSync(store_->engine(), ops));
+  Run r;
+  r.ms = Ms(t0, Clock::now());
+  r.first_layer_ms = r.ms;
+  r.reads = ops.size();
+  r.bytes = total;
+  return r;
+}
+
+Result<Run> RestoreBench::Flat() {
+  Clock::time_point t0 = Clock::now(), first;
+  GetOptions go;
+  go.on_layer = [&](uint32_t layer) {
+    if (layer == 0) first = Clock::now();
+  };
+  FC_ASSIGN_OR_RETURN(GetResult g, store_->Get(keys_, layout_, dst_->buffers(), go));
+  Run r;
+  r.ms = Ms(t0, Clock::now());
+  r.first_layer_ms = Ms(t0, first);
+  r.reads = g.ssd_reads;
+  r.bytes = g.bytes_from_ssd;
+  if (g.hits != blocks_) return Status::Corruption("flat restore missed blocks");
+  Verify();
+  return r;
+}
+
+Result<Run> RestoreBench::Scattered(bool by_object) {
+  // Object by object: one restore of whole objects. Layer by layer: one restore per layer, all
+  // queued at once (the reader pipelines them in order), each reading every block's slices of
+  // that layer; within an object a layer's planes are adjacent, so each block costs one small
+  // read per layer, and no read spans layers (a layer-pipelined tiered restore asks per layer).
+  const uint64_t s = layout_.slice_bytes;
+  const uint32_t groups = by_object ? 1 : layout_.num_layers;
+  std::vector<std::vector<SliceRead>> slices(groups);
+  for (uint64_t i = 0; i < blocks_; ++i) {
+    const auto [file, off] = object_at_[i];
+    if (by_object) {
+      slices[0].push_back(SliceRead{file, off, layout_.block_bytes(), dst_->block(i), 0});
+      continue;
+    }
+    for (uint32_t l = 0; l < layout_.num_layers; ++l) {
+      for (uint32_t p = 0; p < layout_.num_planes; ++p) {
+        const uint64_t in_obj = (uint64_t{l} * layout_.num_planes + p) * s;
+        slices[l].push_back(SliceRead{file, off + in_obj, s, dst_->block(i) + in_obj, 0});
+      }
+    }
+  }
+  Clock::time_point t0 = Clock::now(), first;
+  std::atomic<bool> seen_first{false};
+  std::vector<std::shared_ptr<RestoreHandle>> handles;
+  for (uint32_t g = 0; g < groups; ++g) {
+    LayerCallback cb;
+    if (g == 0) {
+      cb = [&](uint32_t, const Status&) {
+        first = Clock::now();
+        seen_first = true;
+      };
+    }
+    FC_ASSIGN_OR_RETURN(auto h, bucket_reader_->Start(slices[g], 1, std::move(cb)));
+    handles.push_back(std::move(h));
+  }
+  Run r;
+  for (auto& h : handles) {
+    FC_RETURN_IF_ERROR(h->Wait());
+    r.reads += h->stats().reads_issued;
+  }
+  r.ms = Ms(t0, Clock::now());
+  // Object by object, layer 0 of the whole prefix is complete only when the last object is.
+  r.first_layer_ms = Ms(t0, first);
+  r.bytes = blocks_ * layout_.block_bytes();
+  Verify();
+  return r;
+}
+
+int RestoreBench::Main() {
+  if (Status st = Setup(); !st.ok()) return ReportStatus("bench restore", st);
+  const char* names[] = {"raw-seq", "flat", "scattered", "scattered-object"};
+  std::vector<Run> runs[4];
+  std::vector<double> flat_vs_raw, flat_vs_scattered;
+  for (uint32_t rep = 0; rep < a_.reps; ++rep) {
+    Run r[4];
+    for (int k = 0; k < 4; ++k) {
+      const int v = rep % 2 ? 3 - k : k;  // alternate the order between repetitions
+      Result<Run> got = v == 0   ? Raw()
+                        : v == 1 ? Flat()
+                        : v == 2 ? Scattered(false)
+                                 : Scattered(true);
+      if (!got.ok()) return ReportStatus("bench restore", got.status());
+      r[v] = *got;
+      runs[v].push_back(*got);
+    }
+    flat_vs_raw.push_back(r[1].gbps() / r[0].gbps());
+    flat_vs_scattered.push_back(r[1].gbps() / r[2].gbps());
+  }
+  auto med = [&](int v, auto f) {
+    std::vector<double> x;
+    for (const Run& r : runs[v]) x.push_back(f(r));
+    return Median(x);
+  };
+  auto gbps = [](const Run& r) { return r.gbps(); };
+  auto first = [](const Run& r) { return r.first_layer_ms; };
+  auto total = [](const Run& r) { return r.ms; };
+  const uint64_t seg_layers = uint64_t{a_.turns} * a_.layers;
+  std::printf(
+      "restore: %lu blocks of %s = %.2f GiB, %u turns (segments), engine %s, %u "
+      "workers, window %lu MiB, %u reps (medians)\n",
+      static_cast<unsigned long>(blocks_), layout_.ToString().c_str(),
+      static_cast<double>(blocks_ * layout_.block_bytes()) / kGiB, a_.turns,
+      store_->GetInfo().io_engine.c_str(), a_.io_workers,
+      static_cast<unsigned long>(a_.window / kMiB), a_.reps);
+  std::printf("%-17s %9s %10s %15s %10s\n", "variant", "GB/s", "total ms", "first layer ms",
+              "reads");
+  for (int v = 0; v < 4; ++v) {
+    std::printf("%-17s %9.3f %10.1f %15.1f %10lu\n", names[v], med(v, gbps), med(v, total),
+                med(v, first), static_cast<unsigned long>(runs[v].front().reads));
+  }
+  std::printf(
+      "flat / raw = %.3f, flat / scattered = %.2f (medians of per-repetition ratios); "
+      "segments x layers = %lu\n",
+      Median(flat_vs_raw), Median(flat_vs_scattered), static_cast<unsigned long>(seg_layers));
+  std::printf("bytes verified %lu, mismatches %lu\n", static_cast<unsigned long>(verified_),
+              static_cast<unsigned long>(mismatches_));
+  if (a_.json) {
+    nlohmann::json j = {{"bench", "restore"},
+                        {"blocks", blocks_},
+                        {"block_bytes", layout_.block_bytes()},
+                        {"raw_seq_gbps", med(0, gbps)},
+                        {"flat_gbps", med(1, gbps)},
+                        {"scattered_gbps", med(2, gbps)},
+                        {"scattered_object_gbps", med(3, gbps)},
+                        {"flat_vs_raw", Median(flat_vs_raw)},
+                        {"flat_vs_scattered", Median(flat_vs_scattered)},
+                        {"reads_issued_raw", runs[0].front().reads},
+                        {"reads_issued_flat", runs[1].front().reads},
+                        {"reads_issued_scattered", runs[2].front().reads},
+                        {"reads_issued_scattered_object", runs[3].front().reads},
+                        {"segments_x_layers", seg_layers},
+                        {"first_layer_ms_flat", med(1, first)},
+                        {"first_layer_ms_scattered", med(2, first)},
+                        {"first_layer_ms_scattered_object", med(3, first)},
+                        {"bytes_verified", verified_},
+                        {"mismatches", mismatches_}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return mismatches_ == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void RegisterRestoreBench(CLI::App& bench, int* exit_code) {
+  auto a = std::make_shared<RestoreArgs>();
+  CLI::App* cmd = bench.add_subcommand(
+      "restore",
+      "Restore a long-context session from SSD: flat layout vs eviction-ordered "
+      "layout vs the disk's sequential limit; exits 1 on any mismatch");
+  const auto size = CLI::AsSizeValue(false);
+  cmd->add_option("--layers", a->layers, "Layers per block")->capture_default_str();
+  cmd->add_option("--planes", a->planes, "Planes per layer")->capture_default_str();
+  cmd->add_option("--slice-bytes", a->slice_bytes, "Bytes per (layer, plane) slice")
+      ->transform(size)
+      ->capture_default_str();
+  cmd->add_option("--bytes", a->bytes, "Session size (rounded up to whole blocks per turn)")
+      ->transform(size)
+      ->capture_default_str();
+  cmd->add_option("--turns", a->turns, "Write batches (segments) the session is written in")
+      ->capture_default_str();
+  cmd->add_option("--other-sessions", a->other_sessions,
+                  "Other sessions' objects between two of this session's in eviction order")
+      ->capture_default_str();
+  cmd->add_option("--reps", a->reps, "Repetitions (medians reported)")->capture_default_str();
+  cmd->add_option("--dir", a->dir, "Directory for the data (default: a temporary directory)");
+  cmd->add_option("--io-engine", a->io_engine, "auto, uring, preadv, posix")->capture_default_str();
+  cmd->add_option("--io-workers", a->io_workers, "I/O worker threads")->capture_default_str();
+  cmd->add_option("--io-queue-depth", a->queue_depth, "Queue depth per worker")
+      ->capture_default_str();
+  cmd->add_option("--window", a->window, "Restore staging window")
+      ->transform(size)
+      ->capture_default_str();
+  cmd->add_flag("--json", a->json, "Print one JSON object on the last line");
+  cmd->callback([a, exit_code] { *exit_code = RestoreBench(*a).Main(); });
+}
+
 }  // namespace flatcake::cli

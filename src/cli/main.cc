@@ -10,8 +10,10 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   flatcake::cli::RegisterInfoCommand(app, &exit_code);
   flatcake::cli::RegisterTraceCommands(app, &exit_code);
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks; each prints a table, --json adds one "
-                                                "JSON object on the last line");
+  flatcake::cli::RegisterReplayCommand(app, &exit_code);
+  CLI::App* bench = app.add_subcommand("bench",
+                                       "Benchmarks; each prints a table, --json adds one "
+                                       "JSON object on the last line");
   bench->require_subcommand(1);
   flatcake::cli::RegisterRestoreBench(*bench, &exit_code);
   flatcake::cli::RegisterIndexBench(*bench, &exit_code);

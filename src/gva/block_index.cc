@@ -21,6 +21,8 @@
 #include <algorithm>
 #include <bit>
 #include <cassert>
+#include <utility>
+#include <vector>
 
 namespace flatcake {
 namespace {
@@ -313,6 +315,36 @@ bool BlockIndex::Erase(const Key& key, uint32_t scope_id, uint32_t scope_gen) {
     return true;
   }
   return false;
+}
+
+void BlockIndex::Compact() {
+  std::vector<std::pair<Key, IndexEntry>> live;
+  live.reserve(published_.load(std::memory_order_relaxed));
+  for (size_t i = 0; i <= mask_; ++i) {
+    if (StateOf(states_[i].load(std::memory_order_relaxed)) != kPublished) continue;
+    const Slot& s = slots_[i];
+    IndexEntry e;
+    e.gva = s.gva.load(std::memory_order_relaxed);
+    e.layer_stride = s.layer_stride.load(std::memory_order_relaxed);
+    e.checksum = s.checksum.load(std::memory_order_relaxed);
+    const uint64_t scope = s.scope.load(std::memory_order_relaxed);
+    const uint64_t location = s.location.load(std::memory_order_relaxed);
+    e.scope_id = static_cast<uint32_t>(scope);
+    e.scope_gen = static_cast<uint32_t>(scope >> 32);
+    e.segment = static_cast<uint32_t>(location);
+    e.block = static_cast<uint32_t>(location >> 32);
+    live.emplace_back(
+        Key{s.key_hi.load(std::memory_order_relaxed), s.key_lo.load(std::memory_order_relaxed)}, e);
+  }
+  for (size_t i = 0; i <= mask_; ++i) states_[i].store(kEmpty, std::memory_order_relaxed);
+  live_.store(0, std::memory_order_relaxed);
+  published_.store(0, std::memory_order_relaxed);
+  tombstones_.store(0, std::memory_order_relaxed);
+  for (const auto& [key, entry] : live) {
+    Reservation r;
+    // Cannot fail: the keys are distinct and there are fewer of them than before.
+    if (Reserve(key, &r) == ReserveOutcome::kReserved) Publish(r, entry);
+  }
 }
 
 }  // namespace flatcake

@@ -32,10 +32,9 @@
 //    slot is non-EMPTY. Slots never return to EMPTY, so a probe that meets an EMPTY slot can stop.
 //  - Tombstoned slots are reused by later inserts (the first tombstone of the chain is taken).
 //
-// Limitation: because slots never return to EMPTY, a long-lived table under heavy insert/erase
-// churn slowly turns EMPTY slots into tombstones, and misses then probe further (at worst the
-// whole table). tombstones() exposes the count; size the table with headroom, and rebuild it
-// when tombstones() approaches capacity() - size().
+// Slots never return to EMPTY concurrently, so a long-lived table under insert/erase churn slowly
+// turns EMPTY slots into tombstones and misses probe further. tombstones() exposes the count and
+// Compact() rebuilds the table when the caller can exclude every other access for a moment.
 #pragma once
 
 #include <atomic>
@@ -93,6 +92,13 @@ class BlockIndex {
   // Tombstones `key` if it is published and its entry belongs to scope (scope_id, scope_gen).
   // Returns true when this call removed it.
   bool Erase(const Key& key, uint32_t scope_id, uint32_t scope_gen);
+
+  // Rebuilds the table in place without its tombstones: published entries are re-inserted,
+  // everything else becomes EMPTY again, so probe chains shrink back to what the live keys need.
+  // REQUIRES: exclusive access. No other method (Lookup included) may run concurrently and no
+  // reservation may be outstanding; the store guarantees this with a batch-level lock that every
+  // Put, Get and Exists holds shared and Compact holds exclusive.
+  void Compact();
 
   size_t capacity() const { return mask_ + 1; }
   // Published entries (approximate under concurrency).

@@ -178,6 +178,38 @@ TEST(BlockIndex, EraseChecksScopeAndGeneration) {
 
 // Two threads reserve the same key at the same moment, many times over, with tombstones of
 // earlier rounds in the probe chain: exactly one wins each round.
+TEST(BlockIndex, CompactDropsTombstonesAndKeepsEveryLiveEntry) {
+  BlockIndex index(1024);
+  // Churn: insert and erase in waves until most free slots are tombstones.
+  std::vector<Key> live;
+  for (uint64_t wave = 0; wave < 20; ++wave) {
+    for (uint64_t i = 0; i < 400; ++i) {
+      Key k{wave, i};
+      ASSERT_EQ(Insert(index, k), BlockIndex::ReserveOutcome::kReserved);
+      if (i % 8 == 0 && wave == 19) {
+        live.push_back(k);
+      } else {
+        ASSERT_TRUE(index.Erase(k, 1, 1));
+      }
+    }
+  }
+  EXPECT_GT(index.tombstones(), 400u);
+  EXPECT_EQ(index.size(), live.size());
+  index.Compact();
+  EXPECT_EQ(index.tombstones(), 0u);
+  EXPECT_EQ(index.size(), live.size());
+  for (const Key& k : live) {
+    IndexEntry e;
+    ASSERT_TRUE(index.Lookup(k, &e));
+    EXPECT_EQ(e, EntryFor(k));
+  }
+  IndexEntry e;
+  EXPECT_FALSE(index.Lookup(Key{3, 3}, &e));
+  // Still fully usable afterwards: write-once holds and new keys go in.
+  EXPECT_EQ(Insert(index, live[0]), BlockIndex::ReserveOutcome::kExists);
+  EXPECT_EQ(Insert(index, Key{99, 99}), BlockIndex::ReserveOutcome::kReserved);
+}
+
 TEST(BlockIndex, ConcurrentReserveOfOneKeyHasExactlyOneWinner) {
   constexpr int kRounds = 3000;
   constexpr int kThreads = 2;

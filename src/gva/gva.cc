@@ -45,11 +45,10 @@ Result<GvaFields> GvaSpace::Decode(Gva gva, uint64_t length) const {
   const uint64_t offset = GvaOffset(gva);
   const uint64_t capacity = media == 0 ? nodes_[node].dram_bytes : nodes_[node].ssd_bytes;
   if (length == 0 || offset >= capacity || capacity - offset < length) {
-    return Status::InvalidArgument("GVA offset " + std::to_string(offset) + "+" +
-                                   std::to_string(length) + " lies outside the " +
-                                   (media == 0 ? "DRAM" : "SSD") + " medium of node " +
-                                   std::to_string(node) + " (" + std::to_string(capacity) +
-                                   " bytes)");
+    return Status::InvalidArgument(
+        "GVA offset " + std::to_string(offset) + "+" + std::to_string(length) +
+        " lies outside the " + (media == 0 ? "DRAM" : "SSD") + " medium of node " +
+        std::to_string(node) + " (" + std::to_string(capacity) + " bytes)");
   }
   return GvaFields{static_cast<MediaType>(media), node, offset};
 }

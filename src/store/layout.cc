@@ -14,8 +14,10 @@ Status ValidateKvLayout(const KvLayout& layout) {
     return Status::InvalidArgument("layout has a zero dimension: " + layout.ToString());
   }
   if (layout.num_layers > 4096 || layout.num_planes > 16 || layout.slice_bytes > (1ull << 30)) {
-    return Status::InvalidArgument("layout out of range (max 4096 layers, 16 planes, 1 GiB "
-                                   "slices): " + layout.ToString());
+    return Status::InvalidArgument(
+        "layout out of range (max 4096 layers, 16 planes, 1 GiB "
+        "slices): " +
+        layout.ToString());
   }
   return Status::OK();
 }
@@ -51,10 +53,10 @@ Status ValidateBuffers(const BlockBuffers& buffers, const KvLayout& layout, uint
   FC_RETURN_IF_ERROR(ValidateKvLayout(layout));
   const uint64_t want = PointersPerBlock(buffers.kind, layout) * num_blocks;
   if (buffers.ptrs.size() != want) {
-    return Status::InvalidArgument(
-        "buffer layout " + std::string(BufferKindName(buffers.kind)) + " needs " +
-        std::to_string(want) + " pointers for " + std::to_string(num_blocks) + " blocks of " +
-        layout.ToString() + ", got " + std::to_string(buffers.ptrs.size()));
+    return Status::InvalidArgument("buffer layout " + std::string(BufferKindName(buffers.kind)) +
+                                   " needs " + std::to_string(want) + " pointers for " +
+                                   std::to_string(num_blocks) + " blocks of " + layout.ToString() +
+                                   ", got " + std::to_string(buffers.ptrs.size()));
   }
   for (size_t i = 0; i < buffers.ptrs.size(); ++i) {
     if (buffers.ptrs[i] == nullptr) {

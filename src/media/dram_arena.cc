@@ -1,0 +1,145 @@
+#include "media/dram_arena.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+namespace flatcake {
+namespace {
+
+constexpr uint64_t kHugePage = 2 * kMiB;
+
+uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Free reserved huge pages, in bytes (0 when none or unknown).
+uint64_t FreeHugeTlbBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t free_pages = 0, page_kb = 0;
+  while (in >> key) {
+    uint64_t v = 0;
+    in >> v;
+    if (key == "HugePages_Free:") free_pages = v;
+    if (key == "Hugepagesize:") page_kb = v;
+    std::string rest;
+    std::getline(in, rest);
+  }
+  return free_pages * page_kb * 1024;
+}
+
+bool ThpAvailable() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(in, line);
+  return !line.empty() && line.find("[never]") == std::string::npos;
+}
+
+// Touches every page so the arena is resident before the first write (what MAP_POPULATE does for
+// the other modes; THP needs the madvise first, so it is populated afterwards).
+void Prefault(uint8_t* base, uint64_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  if (madvise(base, bytes, MADV_POPULATE_WRITE) == 0) return;
+#endif
+  for (uint64_t off = 0; off < bytes; off += 4096) base[off] = 0;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DramArena>> DramArena::Create(uint64_t bytes, HugePageMode mode) {
+  if (bytes == 0) return Status::InvalidArgument("DRAM arena capacity is 0");
+  const uint64_t cap = AlignUp(bytes, kHugePage);
+  const int base_flags = MAP_PRIVATE | MAP_ANONYMOUS;
+
+  if (mode == HugePageMode::kAuto || mode == HugePageMode::kHugeTlb) {
+    if (FreeHugeTlbBytes() >= cap) {
+      void* p = mmap(nullptr, cap, PROT_READ | PROT_WRITE, base_flags | MAP_HUGETLB | MAP_POPULATE,
+                     -1, 0);
+      if (p != MAP_FAILED) {
+        return std::unique_ptr<DramArena>(new DramArena(static_cast<uint8_t*>(p), cap, "hugetlb"));
+      }
+    }
+    if (mode == HugePageMode::kHugeTlb) {
+      return Status::Unsupported("MAP_HUGETLB arena of " + std::to_string(cap) +
+                                 " bytes failed: not enough reserved huge pages "
+                                 "(see /proc/sys/vm/nr_hugepages)");
+    }
+  }
+  if ((mode == HugePageMode::kAuto && ThpAvailable()) || mode == HugePageMode::kTransparent) {
+    void* p = mmap(nullptr, cap, PROT_READ | PROT_WRITE, base_flags, -1, 0);
+    if (p == MAP_FAILED) return Status::FromErrno(errno, "mmap DRAM arena");
+    if (madvise(p, cap, MADV_HUGEPAGE) == 0) {
+      Prefault(static_cast<uint8_t*>(p), cap);
+      return std::unique_ptr<DramArena>(new DramArena(static_cast<uint8_t*>(p), cap, "thp"));
+    }
+    munmap(p, cap);
+    if (mode == HugePageMode::kTransparent) {
+      return Status::Unsupported("madvise(MADV_HUGEPAGE) refused: transparent huge pages off");
+    }
+  }
+  void* p = mmap(nullptr, cap, PROT_READ | PROT_WRITE, base_flags | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED) return Status::FromErrno(errno, "mmap DRAM arena");
+  return std::unique_ptr<DramArena>(new DramArena(static_cast<uint8_t*>(p), cap, "plain"));
+}
+
+DramArena::DramArena(uint8_t* base, uint64_t capacity, std::string page_mode)
+    : base_(base), capacity_(capacity), page_mode_(std::move(page_mode)) {
+  free_.emplace(0, capacity_);
+}
+
+DramArena::~DramArena() { munmap(base_, capacity_); }
+
+Result<uint64_t> DramArena::Allocate(uint64_t bytes) {
+  if (bytes == 0) return Status::InvalidArgument("zero-byte DRAM allocation");
+  const uint64_t want = AlignUp(bytes, kAlignment);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < want) continue;
+    const uint64_t off = it->first;
+    const uint64_t rest = it->second - want;
+    free_.erase(it);
+    if (rest > 0) free_.emplace(off + want, rest);
+    used_ += want;
+    return off;
+  }
+  return Status::NoSpace("DRAM arena has no free range of " + std::to_string(want) + " bytes (" +
+                         std::to_string(capacity_ - used_) + " bytes free in all)");
+}
+
+void DramArena::Free(uint64_t offset, uint64_t bytes) {
+  const uint64_t len = AlignUp(bytes, kAlignment);
+  std::lock_guard<std::mutex> lock(mu_);
+  used_ -= len;
+  auto [it, inserted] = free_.emplace(offset, len);
+  (void)inserted;
+  // Merge with the following range, then with the preceding one.
+  auto next = std::next(it);
+  if (next != free_.end() && it->first + it->second == next->first) {
+    it->second += next->second;
+    free_.erase(next);
+  }
+  if (it != free_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second == it->first) {
+      prev->second += it->second;
+      free_.erase(it);
+    }
+  }
+}
+
+uint64_t DramArena::used() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return used_;
+}
+
+uint64_t DramArena::largest_free() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t best = 0;
+  for (const auto& [off, len] : free_) best = std::max(best, len);
+  return best;
+}
+
+}  // namespace flatcake

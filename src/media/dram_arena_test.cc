@@ -1,0 +1,45 @@
+#include "media/dram_arena.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace flatcake {
+namespace {
+
+TEST(DramArena, MapsAndReportsItsPageMode) {
+  auto a = DramArena::Create(8 * kMiB, HugePageMode::kAuto);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  const std::string mode = (*a)->page_mode();
+  EXPECT_TRUE(mode == "hugetlb" || mode == "thp" || mode == "plain") << mode;
+  std::memset((*a)->base(), 0x5A, (*a)->capacity());  // every byte is writable
+  auto plain = DramArena::Create(4 * kMiB, HugePageMode::kNone);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->page_mode(), "plain");
+}
+
+TEST(DramArena, AllocatesFirstFitAndCoalescesFreedRanges) {
+  auto r = DramArena::Create(2 * kMiB, HugePageMode::kNone);
+  ASSERT_TRUE(r.ok());
+  DramArena& a = **r;
+  uint64_t x = *a.Allocate(512 * kKiB);
+  uint64_t y = *a.Allocate(512 * kKiB);
+  uint64_t z = *a.Allocate(1 * kMiB);
+  EXPECT_EQ(x, 0u);
+  EXPECT_EQ(y, 512 * kKiB);
+  EXPECT_EQ(z, 1 * kMiB);
+  EXPECT_TRUE(a.Allocate(4096).status().IsNoSpace());
+  a.Free(x, 512 * kKiB);
+  a.Free(y, 512 * kKiB);
+  EXPECT_EQ(a.largest_free(), 1 * kMiB);  // x and y merged
+  EXPECT_EQ(*a.Allocate(1 * kMiB), 0u);
+  a.Free(0, 1 * kMiB);
+  a.Free(z, 1 * kMiB);
+  EXPECT_EQ(a.used(), 0u);
+  EXPECT_EQ(a.largest_free(), 2 * kMiB);
+  EXPECT_EQ(*a.Allocate(100), 0u);  // rounded up to 4 KiB
+  EXPECT_EQ(a.used(), 4096u);
+}
+
+}  // namespace
+}  // namespace flatcake

@@ -1,0 +1,76 @@
+// SsdFilePool: the SSD medium. A fixed set of pre-allocated (fallocate) files spread round-robin
+// over one or more directories (one per drive), opened O_DIRECT. A scope owns whole files; a file
+// returns to the pool when its scope is reclaimed. The pool's address space is the concatenation
+// of its files: pool offset = file index * file_bytes + offset in file (the GVA offset on SSD).
+//
+// Each directory is locked (flock on <dir>/flatcake.lock) so two stores never share pool files.
+// Pool files are scratch space: the index lives in memory, so a new store starts empty and reuses
+// (re-allocates) files left by an earlier run.
+//
+// Thread safety: AllocateFile/FreeFile/free_files are internally synchronised; the rest is
+// immutable after Create.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "flatcake/options.h"
+#include "flatcake/status.h"
+
+namespace flatcake {
+
+class SsdFilePool {
+ public:
+  static constexpr uint64_t kAlignment = 4096;
+
+  struct Options {
+    std::vector<std::string> dirs;
+    uint64_t total_bytes = 0;
+    uint64_t file_bytes = 0;
+    DirectIoMode direct_io = DirectIoMode::kAuto;
+    // How pool files are opened; ::open when empty. Tests substitute one that refuses O_DIRECT
+    // the way tmpfs-like filesystems do.
+    std::function<int(const char* path, int flags, mode_t mode)> open_file;
+  };
+
+  // Validates every directory (exists, writable, enough free space) before creating anything,
+  // then creates/opens the files and pre-allocates them.
+  static Result<std::unique_ptr<SsdFilePool>> Create(const Options& options);
+  ~SsdFilePool();
+  SsdFilePool(const SsdFilePool&) = delete;
+  SsdFilePool& operator=(const SsdFilePool&) = delete;
+
+  uint32_t num_files() const { return static_cast<uint32_t>(fds_.size()); }
+  uint64_t file_bytes() const { return file_bytes_; }
+  uint64_t capacity() const { return file_bytes_ * fds_.size(); }
+  const std::vector<int>& fds() const { return fds_; }
+  const std::vector<std::string>& paths() const { return paths_; }
+  bool direct() const { return direct_; }
+  // Why buffered I/O is in use, when it is.
+  const std::string& note() const { return note_; }
+
+  // Takes a free file (lowest index first). NoSpace when every file is owned.
+  Result<uint32_t> AllocateFile();
+  void FreeFile(uint32_t file);
+  uint32_t free_files() const;
+
+ private:
+  SsdFilePool() = default;
+
+  uint64_t file_bytes_ = 0;
+  bool direct_ = false;
+  std::string note_;
+  std::vector<int> fds_;
+  std::vector<std::string> paths_;
+  std::vector<int> lock_fds_;
+  mutable std::mutex mu_;
+  std::vector<uint32_t> free_;  // kept sorted descending so back() is the lowest index
+};
+
+}  // namespace flatcake

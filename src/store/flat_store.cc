@@ -1,0 +1,562 @@
+#include "store/flat_store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+
+#include "store/placement.h"
+#include "store/staging.h"
+#include "util/checksum.h"
+
+namespace flatcake {
+namespace {
+
+constexpr uint64_t kRunAlign = 4096;
+uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+uint64_t AlignDown(uint64_t v, uint64_t a) { return v / a * a; }
+
+uint64_t RunStride(const KvLayout& layout, uint64_t n) {
+  return AlignUp(n * layout.slice_bytes, kRunAlign);
+}
+
+// Largest number of blocks whose segment fits in `bytes`.
+uint64_t BlocksFitting(const KvLayout& layout, uint64_t bytes) {
+  const uint64_t runs = uint64_t{layout.num_layers} * layout.num_planes;
+  return AlignDown(bytes / runs, kRunAlign) / layout.slice_bytes;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
+  FC_ASSIGN_OR_RETURN(auto store, FlatStore::OpenWithEngine(options, nullptr));
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+Result<std::unique_ptr<FlatStore>> FlatStore::OpenWithEngine(const StoreOptions& options,
+                                                             std::unique_ptr<IoEngine> engine) {
+  FC_RETURN_IF_ERROR(ValidateStoreOptions(options));
+  std::unique_ptr<FlatStore> store(new FlatStore(options, std::move(engine)));
+  FC_RETURN_IF_ERROR(store->Init());
+  return store;
+}
+
+FlatStore::FlatStore(const StoreOptions& options, std::unique_ptr<IoEngine> engine)
+    : options_(options), engine_(std::move(engine)) {}
+
+FlatStore::~FlatStore() {
+  // The reader drains its restores through the engine, and the engine references the pool's fds:
+  // stop both before the pool closes its files.
+  restore_.reset();
+  engine_.reset();
+}
+
+Status FlatStore::Init() {
+  // SSD first: a bad directory should fail before the DRAM arena is mapped and pre-faulted.
+  if (!options_.ssd_dirs.empty()) {
+    SsdFilePool::Options po;
+    po.dirs = options_.ssd_dirs;
+    po.total_bytes = options_.ssd_bytes;
+    po.file_bytes = options_.ssd_file_bytes;
+    po.direct_io = options_.direct_io;
+    FC_ASSIGN_OR_RETURN(ssd_, SsdFilePool::Create(po));
+    info_.ssd_direct_io = ssd_->direct();
+    info_.ssd_note = ssd_->note();
+    info_.ssd_files = ssd_->num_files();
+    info_.ssd_dirs = options_.ssd_dirs;
+  }
+  if (options_.dram_bytes > 0) {
+    FC_ASSIGN_OR_RETURN(dram_, DramArena::Create(options_.dram_bytes, options_.huge_pages));
+    info_.dram_page_mode = dram_->page_mode();
+  } else {
+    info_.dram_page_mode = "none";
+  }
+  FC_RETURN_IF_ERROR(
+      gva_space_.AddNode(options_.node_id, Capacity(MediaType::kDram), Capacity(MediaType::kSsd)));
+
+  if (!engine_) {
+    IoEngineOptions eo;
+    FC_ASSIGN_OR_RETURN(eo.kind, ParseIoEngineKind(options_.io_engine));
+    eo.workers = options_.io_workers;
+    eo.queue_depth = options_.io_queue_depth;
+    FC_ASSIGN_OR_RETURN(engine_, MakeIoEngine(eo, &info_.io_note));
+  }
+  info_.io_engine = std::string(engine_->name());
+  if (ssd_) {
+    FC_RETURN_IF_ERROR(engine_->RegisterFiles(ssd_->fds()));
+    RestoreOptions ro;
+    ro.window_bytes = options_.read_window_bytes;
+    ro.coalesce.max_gap = options_.max_gap_bytes;
+    ro.coalesce.max_io = options_.max_io_bytes;
+    FC_ASSIGN_OR_RETURN(restore_, RestoreReader::Create(*engine_, ro));
+  }
+
+  uint64_t cap = options_.index_capacity;
+  if (cap == 0) {
+    // One slot per 16 KiB of capacity at most 64M slots, at least 64K: blocks are rarely smaller.
+    cap = (Capacity(MediaType::kDram) + Capacity(MediaType::kSsd)) / (16 * kKiB);
+    cap = std::clamp<uint64_t>(cap * 2, uint64_t{1} << 16, uint64_t{1} << 26);
+  }
+  index_ = std::make_unique<BlockIndex>(cap);
+  scopes_ = std::make_unique<ScopeSlot[]>(options_.max_scopes);
+  for (uint32_t i = options_.max_scopes; i-- > 0;) free_scopes_.push_back(i);
+  return Status::OK();
+}
+
+bool FlatStore::MediumEnabled(MediaType m) const {
+  return m == MediaType::kDram ? dram_ != nullptr : ssd_ != nullptr;
+}
+uint64_t FlatStore::Capacity(MediaType m) const {
+  if (m == MediaType::kDram) return dram_ ? dram_->capacity() : 0;
+  return ssd_ ? ssd_->capacity() : 0;
+}
+uint64_t FlatStore::Used(MediaType m) const {
+  if (m == MediaType::kDram) return dram_ ? dram_->used() : 0;
+  return ssd_ ? uint64_t{ssd_->num_files() - ssd_->free_files()} * ssd_->file_bytes() : 0;
+}
+
+uint64_t FlatStore::NowNs() const {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+Result<PutResult> FlatStore::Put(std::span<const Key> keys, const KvLayout& layout,
+                                 const BlockBuffers& src, const WriteHints& hints) {
+  auto result = PutLocked(keys, layout, src, hints);
+  MaybeCompactIndex();
+  return result;
+}
+
+void FlatStore::MaybeCompactIndex() {
+  // Compact once tombstones take a quarter of the table; wait for in-flight batches only when
+  // they take half (until then a busy store just tries again after its next put).
+  const size_t tomb = index_->tombstones();
+  const size_t cap = index_->capacity();
+  if (tomb < cap / 4) return;
+  std::unique_lock<std::shared_mutex> lock(index_mu_, std::defer_lock);
+  if (tomb >= cap / 2) {
+    lock.lock();
+  } else if (!lock.try_lock()) {
+    return;
+  }
+  if (index_->tombstones() >= cap / 4) {
+    index_->Compact();
+    index_compactions_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout& layout,
+                                       const BlockBuffers& src, const WriteHints& hints) {
+  std::shared_lock<std::shared_mutex> index_lock(index_mu_);
+  puts_.fetch_add(1, std::memory_order_relaxed);
+  FC_RETURN_IF_ERROR(ValidateBuffers(src, layout, keys.size()));
+  PutResult result;
+  if (keys.empty()) return result;
+
+  // 1. Reserve every key not already present: reserved keys stay invisible until published.
+  std::vector<uint32_t> todo;
+  std::vector<BlockIndex::Reservation> resv;
+  todo.reserve(keys.size());
+  resv.reserve(keys.size());
+  auto abort_all = [&] {
+    for (auto r : resv) index_->Abort(r);
+  };
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    BlockIndex::Reservation r;
+    switch (index_->Reserve(keys[i], &r)) {
+      case BlockIndex::ReserveOutcome::kReserved:
+        todo.push_back(i);
+        resv.push_back(r);
+        break;
+      case BlockIndex::ReserveOutcome::kExists: result.already_present++; break;
+      case BlockIndex::ReserveOutcome::kFull:
+        abort_all();
+        return Status::NoSpace("block index is full (" + std::to_string(index_->capacity()) +
+                               " slots); raise index_capacity");
+    }
+  }
+  blocks_present_.fetch_add(result.already_present, std::memory_order_relaxed);
+  if (todo.empty()) return result;
+
+  // 2. Place and allocate (under the mutex); the scope comes back pinned.
+  uint32_t scope_id = 0, gen = 0;
+  std::vector<PendingSegment> segs;
+  Status st =
+      PlaceBatch(hints, keys, layout, static_cast<uint32_t>(todo.size()), &scope_id, &gen, &segs);
+  if (!st.ok()) {
+    abort_all();
+    return st;
+  }
+  ScopeSlot& scope = scopes_[scope_id];
+  const MediaType medium = scope.medium;
+
+  // 3. Write each segment, then publish its entries.
+  size_t published = 0;
+  for (const PendingSegment& ps : segs) {
+    st = WriteSegment(scope, ps, layout, src, todo);
+    if (!st.ok()) break;
+    const uint64_t layer_stride = uint64_t{layout.num_planes} * ps.seg.run_stride;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (uint32_t b = 0; b < ps.seg.num_blocks; ++b) {
+        scope.keys.push_back(keys[todo[ps.first_block + b]]);
+      }
+      scope.blocks += ps.seg.num_blocks;
+    }
+    for (uint32_t b = 0; b < ps.seg.num_blocks; ++b) {
+      const uint32_t k = ps.first_block + b;
+      IndexEntry e;
+      e.gva = MakeGva(medium, ps.seg.base + uint64_t{b} * layout.slice_bytes);
+      e.layer_stride = layer_stride;
+      e.checksum = BlockChecksum(src, layout, todo[k]);
+      e.scope_id = scope_id;
+      e.scope_gen = gen;
+      e.segment = ps.segment_no;
+      e.block = b;
+      index_->Publish(resv[k], e);
+    }
+    published += ps.seg.num_blocks;
+    media_[static_cast<int>(medium)].admitted.fetch_add(ps.seg.bytes, std::memory_order_relaxed);
+    result.segments++;
+  }
+  for (size_t k = published; k < resv.size(); ++k) index_->Abort(resv[k]);
+  scope.Touch(NowNs());
+  scope.Unpin();
+  result.written = static_cast<uint32_t>(published);
+  result.medium = medium;
+  blocks_written_.fetch_add(published, std::memory_order_relaxed);
+  if (!st.ok()) {
+    io_errors_.fetch_add(1, std::memory_order_relaxed);
+    return st.WithContext("put: " + std::to_string(published) + " of " +
+                          std::to_string(todo.size()) + " blocks written before the error");
+  }
+  return result;
+}
+
+Status FlatStore::PlaceBatch(const WriteHints& hints, std::span<const Key> keys,
+                             const KvLayout& layout, uint32_t n, uint32_t* scope_id, uint32_t* gen,
+                             std::vector<PendingSegment>* segs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Session: explicit, else inferred from the chain, else a new anonymous one.
+  std::string name = hints.session;
+  if (name.empty() && hints.prefix_tail) {
+    auto it = tails_.find(*hints.prefix_tail);
+    if (it != tails_.end()) name = it->second;
+  }
+  if (name.empty()) name = "anon-" + std::to_string(++anon_sessions_);
+  Session& s = sessions_[name];
+
+  PlacementInput in;
+  in.shared_prefix = hints.shared_prefix;
+  in.turn = hints.turn ? hints.turn : s.turns + 1;
+  in.prior_reply_tokens = hints.prior_reply_tokens;
+  const uint64_t before = hints.context_tokens ? *hints.context_tokens : s.context_tokens;
+  in.context_tokens = before + uint64_t{n} * options_.tokens_per_block;
+  MediaType medium =
+      hints.force_medium ? *hints.force_medium : ChoosePlacement(in, options_).medium;
+  if (!MediumEnabled(medium))
+    medium = medium == MediaType::kDram ? MediaType::kSsd : MediaType::kDram;
+  if (!MediumEnabled(medium)) return Status::InvalidArgument("requested medium is disabled");
+  if (medium == MediaType::kSsd && layout.block_bytes() > ssd_->file_bytes()) {
+    return Status::InvalidArgument("a block of " + layout.ToString() +
+                                   " exceeds the SSD pool "
+                                   "file size; raise ssd_file_bytes");
+  }
+
+  // Try the chosen medium; DRAM that stays full after reclamation spills to SSD.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int mi = static_cast<int>(medium);
+    uint32_t id = s.scope[mi];
+    bool reuse = id != UINT32_MAX && scopes_[id].generation() == s.scope_gen[mi] &&
+                 scopes_[id].live() && scopes_[id].layout == layout;
+    if (!reuse) {
+      auto r = NewScopeLocked(medium, layout, name);
+      if (!r.ok()) {
+        // Out of scope slots: free the oldest unpinned scopes of this medium and retry once.
+        ReclaimLocked(medium, static_cast<uint64_t>(options_.low_watermark * Capacity(medium)),
+                      UINT32_MAX);
+        r = NewScopeLocked(medium, layout, name);
+        if (!r.ok()) return r.status();
+      }
+      id = *r;
+      s.scope[mi] = id;
+      s.scope_gen[mi] = scopes_[id].generation();
+    }
+    ScopeSlot& scope = scopes_[id];
+    const uint64_t cap = Capacity(medium);
+    if (Used(medium) >= options_.high_watermark * cap) {
+      ReclaimLocked(medium, static_cast<uint64_t>(options_.low_watermark * cap), id);
+    }
+    size_t before_segs = segs->size();
+    Status st = AllocateSegmentsLocked(scope, n, segs);
+    if (st.IsNoSpace()) {
+      ReclaimLocked(medium, static_cast<uint64_t>(options_.low_watermark * cap), id);
+      st = AllocateSegmentsLocked(scope, n, segs);
+    }
+    if (st.ok()) {
+      if (!scope.TryPin(s.scope_gen[mi])) return Status::Aborted("scope vanished during placement");
+      *scope_id = id;
+      *gen = s.scope_gen[mi];
+      s.turns = in.turn;
+      s.context_tokens = in.context_tokens;
+      if (s.has_tail) tails_.erase(s.tail);
+      s.tail = keys.back();
+      s.has_tail = true;
+      tails_[s.tail] = name;
+      scope.Touch(NowNs());
+      return Status::OK();
+    }
+    segs->resize(before_segs);
+    if (scope.blocks == 0 && scope.segments.empty() && scope.TryRetire(s.scope_gen[mi])) {
+      ReleaseScopeLocked(id, s.scope_gen[mi]);
+      s.scope[mi] = UINT32_MAX;
+    }
+    if (!st.IsNoSpace() || medium == MediaType::kSsd || !MediumEnabled(MediaType::kSsd)) {
+      return st;
+    }
+    medium = MediaType::kSsd;  // Table 2: any write that finds DRAM full goes to SSD.
+  }
+  return Status::NoSpace("no medium has room for the batch");
+}
+
+Result<uint32_t> FlatStore::NewScopeLocked(MediaType medium, const KvLayout& layout,
+                                           const std::string& session) {
+  if (free_scopes_.empty()) {
+    return Status::NoSpace("all " + std::to_string(options_.max_scopes) +
+                           " scope slots are in use; raise max_scopes");
+  }
+  uint32_t id = free_scopes_.back();
+  free_scopes_.pop_back();
+  ScopeSlot& s = scopes_[id];
+  s.medium = medium;
+  s.layout = layout;
+  s.session = session;
+  s.files.clear();
+  s.file_cursor = 0;
+  s.dram_ranges.clear();
+  s.segments.clear();
+  s.keys.clear();
+  s.used_bytes = 0;
+  s.blocks = 0;
+  s.Touch(NowNs());
+  s.Activate();
+  return id;
+}
+
+Status FlatStore::AllocateSegmentsLocked(ScopeSlot& scope, uint32_t n,
+                                         std::vector<PendingSegment>* segs) {
+  const KvLayout& layout = scope.layout;
+  const uint64_t runs = uint64_t{layout.num_layers} * layout.num_planes;
+  uint32_t done = 0;
+  // Segments allocated by this call, rolled back if a later one fails.
+  const size_t first_new = segs->size();
+  auto rollback = [&] {
+    for (size_t i = segs->size(); i-- > first_new;) {
+      const Segment& seg = (*segs)[i].seg;
+      scope.segments.pop_back();
+      scope.used_bytes -= seg.bytes;
+      if (scope.medium == MediaType::kDram) {
+        dram_->Free(seg.base, seg.bytes);
+        scope.dram_ranges.pop_back();
+      } else {
+        scope.file_cursor -= seg.bytes;  // segments in one file are appended back to back
+      }
+    }
+    segs->resize(first_new);
+  };
+  while (done < n) {
+    uint64_t want = n - done;
+    Segment seg;
+    if (scope.medium == MediaType::kDram) {
+      // Largest chunk that the arena can give contiguously.
+      Result<uint64_t> off = Status::NoSpace("");
+      while (want > 0) {
+        seg.run_stride = RunStride(layout, want);
+        seg.bytes = runs * seg.run_stride;
+        off = dram_->Allocate(seg.bytes);
+        if (off.ok()) break;
+        want /= 2;
+      }
+      if (!off.ok()) {
+        rollback();
+        return Status::NoSpace("DRAM arena full");
+      }
+      seg.base = *off;
+      scope.dram_ranges.emplace_back(seg.base, seg.bytes);
+    } else {
+      const uint64_t fb = ssd_->file_bytes();
+      uint64_t fit = scope.files.empty() ? 0 : BlocksFitting(layout, fb - scope.file_cursor);
+      if (fit == 0) {
+        auto f = ssd_->AllocateFile();
+        if (!f.ok()) {
+          rollback();
+          return f.status();
+        }
+        scope.files.push_back(*f);
+        scope.file_cursor = 0;
+        fit = BlocksFitting(layout, fb);
+      }
+      want = std::min(want, fit);
+      seg.run_stride = RunStride(layout, want);
+      seg.bytes = runs * seg.run_stride;
+      seg.base = uint64_t{scope.files.back()} * fb + scope.file_cursor;
+      scope.file_cursor += seg.bytes;
+    }
+    seg.num_blocks = static_cast<uint32_t>(want);
+    scope.used_bytes += seg.bytes;
+    scope.segments.push_back(seg);
+    segs->push_back(PendingSegment{seg, done, static_cast<uint32_t>(scope.segments.size() - 1)});
+    done += seg.num_blocks;
+  }
+  return Status::OK();
+}
+
+Status FlatStore::WriteSegment(const ScopeSlot& scope, const PendingSegment& ps,
+                               const KvLayout& layout, const BlockBuffers& src,
+                               std::span<const uint32_t> batch_index) {
+  const Segment& seg = ps.seg;
+  SegmentGather gather(layout, seg, src, batch_index.subspan(ps.first_block, seg.num_blocks));
+  MediumCounters& mc = media_[static_cast<int>(scope.medium)];
+  if (scope.medium == MediaType::kDram) {
+    gather.Fill(0, seg.bytes, dram_->base() + seg.base);
+    mc.written.fetch_add(seg.bytes, std::memory_order_relaxed);
+    return Status::OK();
+  }
+  const uint64_t fb = ssd_->file_bytes();
+  const uint32_t file = static_cast<uint32_t>(seg.base / fb);
+  const uint64_t file_off = seg.base % fb;
+  // Two halves of the staging budget: one is gathered while the other is being written.
+  const uint64_t chunk = std::min<uint64_t>(
+      std::max<uint64_t>(AlignDown(options_.write_staging_bytes / 2, kRunAlign), kRunAlign),
+      seg.bytes);
+  StagingBuffer bufs[2] = {StagingBuffer(chunk), StagingBuffer(chunk)};
+  if (!bufs[0].data() || !bufs[1].data()) {
+    return Status::NoSpace("cannot allocate write staging buffers");
+  }
+  IoWaiter waiter;
+  // in_flight[i]: tag of the write that still reads bufs[i], if any. Workers may complete writes
+  // out of order, so wait for that very write, not for "all but one".
+  std::optional<uint64_t> in_flight[2];
+  Status st;
+  uint64_t n = 0;
+  for (uint64_t pos = 0; pos < seg.bytes; pos += chunk, ++n) {
+    const uint64_t len = std::min(chunk, seg.bytes - pos);
+    std::optional<uint64_t>& busy = in_flight[n % 2];
+    if (busy) {
+      st = waiter.WaitFor(*busy);
+      if (!st.ok()) break;
+    }
+    uint8_t* data = bufs[n % 2].data();
+    gather.Fill(pos, len, data);
+    IoOp op;
+    op.opcode = IoOpcode::kWrite;
+    op.file = file;
+    op.offset = file_off + pos;
+    op.buf = data;
+    op.len = len;
+    busy = waiter.Submit(*engine_, op);
+  }
+  Status all = waiter.WaitAll();
+  if (st.ok()) st = all;
+  if (!st.ok()) return st.WithContext("SSD segment write");
+  mc.written.fetch_add(seg.bytes, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+void FlatStore::ReleaseScopeLocked(uint32_t id, uint32_t retired_gen) {
+  ScopeSlot& s = scopes_[id];
+  for (const auto& [off, len] : s.dram_ranges) dram_->Free(off, len);
+  for (uint32_t f : s.files) ssd_->FreeFile(f);
+  for (const Key& k : s.keys) index_->Erase(k, id, retired_gen);
+  s.dram_ranges.clear();
+  s.files.clear();
+  s.segments.clear();
+  s.keys.clear();
+  s.used_bytes = 0;
+  s.blocks = 0;
+  free_scopes_.push_back(id);
+}
+
+uint64_t FlatStore::ReclaimLocked(MediaType medium, uint64_t target_used, uint32_t keep_scope) {
+  if (!MediumEnabled(medium) || Used(medium) <= target_used) return 0;
+  std::vector<std::pair<uint64_t, uint32_t>> candidates;  // (last use, slot)
+  for (uint32_t i = 0; i < options_.max_scopes; ++i) {
+    const ScopeSlot& s = scopes_[i];
+    if (i != keep_scope && s.live() && s.medium == medium && s.readers() == 0) {
+      candidates.emplace_back(s.last_use_ns.load(std::memory_order_relaxed), i);
+    }
+  }
+  std::sort(candidates.begin(), candidates.end());
+  uint64_t freed = 0;
+  MediumCounters& mc = media_[static_cast<int>(medium)];
+  for (const auto& [ts, id] : candidates) {
+    if (Used(medium) <= target_used) break;
+    ScopeSlot& s = scopes_[id];
+    const uint32_t gen = s.generation();
+    if (!s.TryRetire(gen)) continue;  // a reader pinned it meanwhile
+    const uint64_t bytes =
+        medium == MediaType::kDram ? s.used_bytes : uint64_t{s.files.size()} * ssd_->file_bytes();
+    ReleaseScopeLocked(id, gen);
+    freed += bytes;
+    mc.reclaimed.fetch_add(bytes, std::memory_order_relaxed);
+    mc.scopes_reclaimed.fetch_add(1, std::memory_order_relaxed);
+  }
+  return freed;
+}
+
+uint64_t FlatStore::Reclaim(MediaType medium, double target_fraction) {
+  std::shared_lock<std::shared_mutex> index_lock(index_mu_);
+  std::lock_guard<std::mutex> lock(mu_);
+  return ReclaimLocked(medium, static_cast<uint64_t>(target_fraction * Capacity(medium)),
+                       UINT32_MAX);
+}
+
+void FlatStore::Clear() {
+  std::shared_lock<std::shared_mutex> index_lock(index_mu_);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (MediaType m : {MediaType::kDram, MediaType::kSsd}) ReclaimLocked(m, 0, UINT32_MAX);
+  sessions_.clear();
+  tails_.clear();
+}
+
+StoreStats FlatStore::GetStats() const {
+  StoreStats st;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (MediaType m : {MediaType::kDram, MediaType::kSsd}) {
+    const MediumCounters& c = media_[static_cast<int>(m)];
+    MediumStats& ms = m == MediaType::kDram ? st.dram : st.ssd;
+    ms.capacity_bytes = Capacity(m);
+    ms.used_bytes = Used(m);
+    ms.admitted_bytes = c.admitted.load();
+    ms.written_bytes = c.written.load();
+    ms.read_bytes = c.read.load();
+    ms.delivered_bytes = c.delivered.load();
+    ms.reclaimed_bytes = c.reclaimed.load();
+    ms.scopes_reclaimed = c.scopes_reclaimed.load();
+  }
+  for (uint32_t i = 0; i < options_.max_scopes; ++i) {
+    const ScopeSlot& s = scopes_[i];
+    if (!s.live()) continue;
+    MediumStats& ms = s.medium == MediaType::kDram ? st.dram : st.ssd;
+    ms.scopes_live++;
+    ms.blocks_live += s.blocks;
+  }
+  st.puts = puts_.load();
+  st.gets = gets_.load();
+  st.exists_calls = exists_.load();
+  st.blocks_written = blocks_written_.load();
+  st.blocks_skipped_present = blocks_present_.load();
+  st.hits = hits_.load();
+  st.misses = misses_.load();
+  st.checksum_mismatches = mismatches_.load();
+  st.io_errors = io_errors_.load();
+  st.index_capacity = index_->capacity();
+  st.index_size = index_->size();
+  st.index_tombstones = index_->tombstones();
+  st.index_compactions = index_compactions_.load();
+  return st;
+}
+
+}  // namespace flatcake

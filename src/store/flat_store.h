@@ -1,0 +1,128 @@
+// FlatStore: the single-node implementation of Store (include/flatcake/store.h), gluing FC-GVA
+// (BlockIndex, scopes, placement), the media (DramArena, SsdFilePool) and FC-CIO (IoEngine,
+// RestoreReader). See store.h for the contract and scope.h for the reader/reclaimer protocol.
+//
+// Locking: `mu_` guards sessions, scope descriptors and allocation; it is never held across data
+// copies or I/O. Index lookups and scope pins are lock-free. `index_mu_` is a batch-level
+// maintenance lock: every Put, Get (lookup phase), Exists and Reclaim holds it shared (one atomic
+// operation per call, not per key), and index compaction takes it exclusive for the few
+// milliseconds the rebuild needs. Lock order: index_mu_ before mu_.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "flatcake/store.h"
+#include "gva/block_index.h"
+#include "io/coalesce.h"
+#include "io/io_engine.h"
+#include "io/restore_reader.h"
+#include "media/dram_arena.h"
+#include "media/ssd_file_pool.h"
+#include "store/scope.h"
+
+namespace flatcake {
+
+class FlatStore final : public Store {
+ public:
+  // `engine` may be injected (tests wrap the real engine in a fault injector); when null, Open
+  // builds one from the options.
+  static Result<std::unique_ptr<FlatStore>> OpenWithEngine(const StoreOptions& options,
+                                                           std::unique_ptr<IoEngine> engine);
+  ~FlatStore() override;
+
+  Result<PutResult> Put(std::span<const Key> keys, const KvLayout& layout, const BlockBuffers& src,
+                        const WriteHints& hints = {}) override;
+  size_t Exists(std::span<const Key> keys) override;
+  Result<GetResult> Get(std::span<const Key> keys, const KvLayout& layout, const BlockBuffers& dst,
+                        const GetOptions& options = {}) override;
+  uint64_t Reclaim(MediaType medium, double target_fraction) override;
+  void Clear() override;
+  StoreStats GetStats() const override;
+  StoreInfo GetInfo() const override { return info_; }
+  const StoreOptions& options() const override { return options_; }
+
+  IoEngine& engine() { return *engine_; }
+  SsdFilePool* ssd_pool() { return ssd_.get(); }
+
+ private:
+  struct Session {
+    uint32_t turns = 0;
+    uint64_t context_tokens = 0;
+    uint32_t scope[2] = {UINT32_MAX, UINT32_MAX};  // per medium: slot id
+    uint32_t scope_gen[2] = {0, 0};
+    Key tail;
+    bool has_tail = false;
+  };
+  // A segment allocated for (part of) a batch, still to be written.
+  struct PendingSegment {
+    Segment seg;
+    uint32_t first_block;  // index into the batch's to-write list
+    uint32_t segment_no;   // index in the scope's segment list
+  };
+  struct MediumCounters {
+    std::atomic<uint64_t> admitted{0}, written{0}, read{0}, delivered{0}, reclaimed{0},
+        scopes_reclaimed{0};
+  };
+
+  FlatStore(const StoreOptions& options, std::unique_ptr<IoEngine> engine);
+  Status Init();
+
+  // --- write path (flat_store.cc) ---
+  Result<PutResult> PutLocked(std::span<const Key> keys, const KvLayout& layout,
+                              const BlockBuffers& src, const WriteHints& hints);
+  // Under mu_: resolves the session, chooses the medium, finds or creates the scope, allocates
+  // segments for `n` blocks. Pins the scope for the caller.
+  Status PlaceBatch(const WriteHints& hints, std::span<const Key> keys, const KvLayout& layout,
+                    uint32_t n, uint32_t* scope_id, uint32_t* gen,
+                    std::vector<PendingSegment>* segs);
+  Result<uint32_t> NewScopeLocked(MediaType medium, const KvLayout& layout,
+                                  const std::string& session);
+  Status AllocateSegmentsLocked(ScopeSlot& scope, uint32_t n, std::vector<PendingSegment>* segs);
+  Status WriteSegment(const ScopeSlot& scope, const PendingSegment& ps, const KvLayout& layout,
+                      const BlockBuffers& src, std::span<const uint32_t> batch_index);
+  // REQUIRES: the slot was retired from generation `retired_gen` (TryRetire succeeded).
+  void ReleaseScopeLocked(uint32_t id, uint32_t retired_gen);
+  uint64_t ReclaimLocked(MediaType medium, uint64_t target_used, uint32_t keep_scope);
+  bool MediumEnabled(MediaType m) const;
+  uint64_t Capacity(MediaType m) const;
+  uint64_t Used(MediaType m) const;
+
+  // --- read path (flat_store_read.cc) ---
+  Status ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout, const GetOptions& options,
+                 GetResult* result);
+
+  Gva MakeGva(MediaType m, uint64_t offset) const { return EncodeGva(m, options_.node_id, offset); }
+  uint64_t NowNs() const;
+
+  const StoreOptions options_;
+  std::unique_ptr<IoEngine> engine_;
+  std::unique_ptr<RestoreReader> restore_;  // SSD read pipeline (null without SSD)
+  std::unique_ptr<DramArena> dram_;
+  std::unique_ptr<SsdFilePool> ssd_;
+  std::unique_ptr<BlockIndex> index_;
+  std::unique_ptr<ScopeSlot[]> scopes_;
+  GvaSpace gva_space_;
+  StoreInfo info_;
+
+  // Compacts the index when tombstones pile up. REQUIRES: index_mu_ not held by the caller.
+  void MaybeCompactIndex();
+
+  mutable std::shared_mutex index_mu_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Session> sessions_;
+  std::unordered_map<Key, std::string, KeyHash> tails_;  // chain tail -> session
+  std::vector<uint32_t> free_scopes_;                    // slot ids, LIFO
+  uint64_t anon_sessions_ = 0;
+
+  MediumCounters media_[2];
+  std::atomic<uint64_t> puts_{0}, gets_{0}, exists_{0}, blocks_written_{0}, blocks_present_{0},
+      hits_{0}, misses_{0}, mismatches_{0}, io_errors_{0}, index_compactions_{0};
+};
+
+}  // namespace flatcake

@@ -1,0 +1,148 @@
+// FlatStore's read side: Exists and Get.
+#include <algorithm>
+#include <cstring>
+
+#include "store/flat_store.h"
+#include "store/staging.h"
+#include "util/checksum.h"
+
+namespace flatcake {
+
+size_t FlatStore::Exists(std::span<const Key> keys) {
+  std::shared_lock<std::shared_mutex> index_lock(index_mu_);
+  exists_.fetch_add(1, std::memory_order_relaxed);
+  size_t n = 0;
+  for (const Key& k : keys) {
+    IndexEntry e;
+    if (!index_->Lookup(k, &e)) break;
+    ScopeSlot& s = scopes_[e.scope_id];
+    if (s.generation() != e.scope_gen || !s.live()) break;  // reclaimed meanwhile
+    ++n;
+  }
+  return n;
+}
+
+Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layout,
+                                 const BlockBuffers& dst, const GetOptions& options) {
+  gets_.fetch_add(1, std::memory_order_relaxed);
+  FC_RETURN_IF_ERROR(ValidateBuffers(dst, layout, keys.size()));
+  GetResult result;
+  result.found.assign(keys.size(), 0);
+
+  // 1. Resolve and pin. A key whose scope cannot be pinned (reclaimed) is a miss.
+  struct Hit {
+    uint32_t key;
+    IndexEntry e;
+  };
+  std::vector<Hit> hits;
+  hits.reserve(keys.size());
+  auto unpin_all = [&] {
+    for (const Hit& h : hits) scopes_[h.e.scope_id].Unpin();
+  };
+  std::shared_lock<std::shared_mutex> index_lock(index_mu_);
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    IndexEntry e;
+    if (!index_->Lookup(keys[i], &e)) continue;
+    if (e.scope_id >= options_.max_scopes) continue;
+    ScopeSlot& s = scopes_[e.scope_id];
+    if (!s.TryPin(e.scope_gen)) continue;
+    if (!(s.layout == layout)) {
+      s.Unpin();
+      unpin_all();
+      return Status::InvalidArgument("key " + KeyToHex(keys[i]) + " was stored as " +
+                                     s.layout.ToString() + " but the read asks for " +
+                                     layout.ToString());
+    }
+    hits.push_back(Hit{i, e});
+  }
+  index_lock.unlock();  // pinned scopes stay valid without the index
+
+  // 2. DRAM blocks are copied at once; SSD slices are collected for the restore.
+  std::vector<SliceRead> ssd;
+  const uint64_t sb = layout.slice_bytes;
+  const uint64_t fb = ssd_ ? ssd_->file_bytes() : 1;
+  for (const Hit& h : hits) {
+    const uint64_t plane_stride = h.e.layer_stride / layout.num_planes;
+    auto decoded = gva_space_.Decode(h.e.gva, sb);
+    if (!decoded.ok()) continue;  // a forged address is never dereferenced
+    const uint64_t base = decoded->offset;
+    for (uint32_t l = 0; l < layout.num_layers; ++l) {
+      for (uint32_t p = 0; p < layout.num_planes; ++p) {
+        const uint64_t off = base + l * h.e.layer_stride + p * plane_stride;
+        uint8_t* out = SliceAddress(dst, layout, h.key, l, p);
+        if (GvaIsDram(h.e.gva)) {
+          std::memcpy(out, dram_->base() + off, sb);
+        } else {
+          ssd.push_back(SliceRead{static_cast<uint32_t>(off / fb), off % fb, sb, out, l});
+        }
+      }
+    }
+  }
+  Status st;
+  if (!ssd.empty()) {
+    st = ReadSsd(ssd, layout, options, &result);
+  } else if (options.on_layer) {
+    for (uint32_t l = 0; l < layout.num_layers; ++l) options.on_layer(l);
+  }
+  if (!st.ok()) {
+    unpin_all();
+    io_errors_.fetch_add(1, std::memory_order_relaxed);
+    return st.WithContext("get");
+  }
+
+  // 3. Verify every block; re-validate the pin (it cannot have been lost, but a broken invariant
+  //    must surface as a miss, never as data), then unpin.
+  const uint64_t now = NowNs();
+  for (const Hit& h : hits) {
+    ScopeSlot& s = scopes_[h.e.scope_id];
+    bool ok = s.generation() == h.e.scope_gen;
+    if (ok && options_.verify_checksums) {
+      if (BlockChecksum(dst, layout, h.key) != h.e.checksum) {
+        ok = false;
+        result.corrupt++;
+      }
+    }
+    if (ok) {
+      result.found[h.key] = 1;
+      result.hits++;
+      (GvaIsSsd(h.e.gva) ? result.bytes_from_ssd : result.bytes_from_dram) += layout.block_bytes();
+    }
+    s.Touch(now);
+    s.Unpin();
+  }
+  while (result.leading_hits < keys.size() && result.found[result.leading_hits]) {
+    result.leading_hits++;
+  }
+  hits_.fetch_add(result.hits, std::memory_order_relaxed);
+  misses_.fetch_add(keys.size() - result.hits, std::memory_order_relaxed);
+  mismatches_.fetch_add(result.corrupt, std::memory_order_relaxed);
+  media_[0].delivered.fetch_add(result.bytes_from_dram, std::memory_order_relaxed);
+  media_[0].read.fetch_add(result.bytes_from_dram, std::memory_order_relaxed);
+  media_[1].delivered.fetch_add(result.bytes_from_ssd, std::memory_order_relaxed);
+  media_[1].read.fetch_add(result.ssd_bytes_read, std::memory_order_relaxed);
+  return result;
+}
+
+}  // namespace flatcake
+
+namespace flatcake {
+
+// SSD slices go through the restore pipeline: coalesced, layer-ordered reads in a bounded staging
+// window, with per-layer completion forwarded to the caller.
+Status FlatStore::ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout,
+                          const GetOptions& options, GetResult* result) {
+  LayerCallback cb;
+  if (options.on_layer) {
+    cb = [&options](uint32_t layer, const Status& st) {
+      if (st.ok()) options.on_layer(layer);
+    };
+  }
+  FC_ASSIGN_OR_RETURN(auto handle, restore_->Start(slices, layout.num_layers, std::move(cb)));
+  Status st = handle->Wait();
+  const RestoreStats rs = handle->stats();
+  result->ssd_bytes_read += rs.bytes_read;
+  result->ssd_reads += rs.reads_issued;
+  return st;
+}
+
+}  // namespace flatcake

@@ -1,0 +1,383 @@
+#include "store/flat_store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "io/fault_injection_io_engine.h"
+#include "io/posix_io_engine.h"
+#include "testing/test_util.h"
+
+namespace flatcake {
+namespace {
+
+using testing::FillBlock;
+using testing::HostBlocks;
+using testing::MakeKeys;
+using testing::TempDir;
+
+constexpr KvLayout kLayout{4, 2, 16 * 1024};  // 128 KiB blocks
+
+StoreOptions SmallOptions(const std::string& dir) {
+  StoreOptions o;
+  o.dram_bytes = 16 * kMiB;
+  o.ssd_dirs = {dir};
+  o.ssd_bytes = 64 * kMiB;
+  o.ssd_file_bytes = 4 * kMiB;
+  o.max_scopes = 256;
+  o.io_engine = "posix";
+  return o;
+}
+
+class FlatStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto r = FlatStore::OpenWithEngine(SmallOptions(dir_.path()), nullptr);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    store_ = std::move(*r);
+  }
+  // Puts `keys` (filled with their deterministic content) on `medium`.
+  PutResult PutKeys(const std::vector<Key>& keys, std::optional<MediaType> medium,
+                    WriteHints hints = {}) {
+    HostBlocks src(kLayout, keys.size());
+    src.Fill(keys);
+    hints.force_medium = medium;
+    auto r = store_->Put(keys, kLayout, src.buffers(), hints);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : PutResult{};
+  }
+  // Gets `keys` and checks every found block byte for byte. Returns hits.
+  uint32_t GetAndVerify(const std::vector<Key>& keys, GetResult* out = nullptr) {
+    HostBlocks dst(kLayout, keys.size());
+    std::memset(dst.bytes.data(), 0xEE, dst.bytes.size());
+    auto r = store_->Get(keys, kLayout, dst.buffers());
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return 0;
+    std::vector<uint8_t> want(kLayout.block_bytes());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!r->found[i]) continue;
+      FillBlock(keys[i], want.data(), want.size());
+      EXPECT_EQ(0, std::memcmp(want.data(), dst.block(i), want.size())) << "block " << i;
+    }
+    if (out) *out = *r;
+    return r->hits;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<FlatStore> store_;
+};
+
+TEST_F(FlatStoreTest, RoundTripThroughBothMedia) {
+  auto dram_keys = MakeKeys(1, 0, 20);
+  auto ssd_keys = MakeKeys(2, 0, 20);
+  EXPECT_EQ(PutKeys(dram_keys, MediaType::kDram).medium, MediaType::kDram);
+  EXPECT_EQ(PutKeys(ssd_keys, MediaType::kSsd).medium, MediaType::kSsd);
+  GetResult r;
+  EXPECT_EQ(GetAndVerify(dram_keys, &r), 20u);
+  EXPECT_EQ(r.bytes_from_dram, 20 * kLayout.block_bytes());
+  EXPECT_EQ(GetAndVerify(ssd_keys, &r), 20u);
+  EXPECT_EQ(r.bytes_from_ssd, 20 * kLayout.block_bytes());
+  // One segment, 4 layers x 2 planes: the restore coalesces into one read of the whole segment.
+  EXPECT_EQ(r.ssd_reads, 1u);
+  // Mixed batch, with a missing key in the middle.
+  std::vector<Key> mixed = {dram_keys[3], ssd_keys[5], KeyFromId(99, 99), ssd_keys[0]};
+  EXPECT_EQ(GetAndVerify(mixed, &r), 3u);
+  EXPECT_EQ(r.leading_hits, 2u);
+  EXPECT_EQ(r.found, (std::vector<uint8_t>{1, 1, 0, 1}));
+}
+
+TEST_F(FlatStoreTest, EveryBufferKindRoundTrips) {
+  auto keys = MakeKeys(3, 0, 6);
+  PutKeys(keys, MediaType::kSsd);
+  for (BufferKind kind : {BufferKind::kBlockContiguous, BufferKind::kBlockPlaneMajor,
+                          BufferKind::kPlanePointers, BufferKind::kSlicePointers}) {
+    const uint64_t per = PointersPerBlock(kind, kLayout);
+    const uint64_t chunk = kLayout.block_bytes() / per;
+    std::vector<uint8_t> mem(kLayout.block_bytes() * keys.size() + 7);
+    std::vector<void*> ptrs;
+    for (uint64_t i = 0; i < per * keys.size(); ++i) ptrs.push_back(mem.data() + 7 + i * chunk);
+    BlockBuffers dst{kind, ptrs};
+    auto r = store_->Get(keys, kLayout, dst);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->hits, keys.size()) << BufferKindName(kind);
+    // Compare slice by slice against the block-contiguous original.
+    std::vector<uint8_t> want(kLayout.block_bytes());
+    for (size_t b = 0; b < keys.size(); ++b) {
+      FillBlock(keys[b], want.data(), want.size());
+      for (uint32_t l = 0; l < kLayout.num_layers; ++l) {
+        for (uint32_t p = 0; p < kLayout.num_planes; ++p) {
+          const uint8_t* got = SliceAddress(dst, kLayout, b, l, p);
+          const uint8_t* exp = want.data() + (l * kLayout.num_planes + p) * kLayout.slice_bytes;
+          ASSERT_EQ(0, std::memcmp(got, exp, kLayout.slice_bytes))
+              << BufferKindName(kind) << " b" << b << " l" << l << " p" << p;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(FlatStoreTest, WriteOnceAndExistsCountsLeadingKeys) {
+  auto keys = MakeKeys(4, 0, 8);
+  EXPECT_EQ(PutKeys({keys.begin(), keys.begin() + 5}, MediaType::kSsd).written, 5u);
+  EXPECT_EQ(store_->Exists(keys), 5u);
+  PutResult again = PutKeys(keys, MediaType::kDram);
+  EXPECT_EQ(again.already_present, 5u);
+  EXPECT_EQ(again.written, 3u);
+  EXPECT_EQ(store_->Exists(keys), 8u);
+  std::vector<Key> gap = {keys[0], KeyFromId(7, 77), keys[1]};
+  EXPECT_EQ(store_->Exists(gap), 1u);
+  EXPECT_EQ(GetAndVerify(keys), 8u);
+}
+
+TEST_F(FlatStoreTest, BadInputIsRejectedAndTheStoreKeepsWorking) {
+  auto keys = MakeKeys(5, 0, 4);
+  PutKeys(keys, MediaType::kSsd);
+  HostBlocks buf(kLayout, keys.size());
+  // Wrong pointer count.
+  BlockBuffers short_ptrs{BufferKind::kBlockContiguous, std::span<void* const>(buf.ptrs).first(3)};
+  EXPECT_TRUE(store_->Get(keys, kLayout, short_ptrs).status().IsInvalidArgument());
+  // Null pointer.
+  std::vector<void*> with_null = buf.ptrs;
+  with_null[2] = nullptr;
+  auto st = store_->Put(MakeKeys(5, 100, 4), kLayout, {BufferKind::kBlockContiguous, with_null});
+  EXPECT_TRUE(st.status().IsInvalidArgument());
+  EXPECT_NE(st.status().message().find("null"), std::string::npos);
+  // Layout differing from the stored one.
+  KvLayout other{4, 2, 8 * 1024};
+  auto bad = store_->Get(keys, other, buf.buffers());
+  EXPECT_TRUE(bad.status().IsInvalidArgument());
+  EXPECT_NE(bad.status().message().find("stored as"), std::string::npos);
+  // Zero dimension.
+  EXPECT_TRUE(store_->Get(keys, KvLayout{0, 2, 16}, buf.buffers()).status().IsInvalidArgument());
+  // Unknown keys are misses, not errors.
+  GetResult r;
+  EXPECT_EQ(GetAndVerify(MakeKeys(6, 0, 3), &r), 0u);
+  // Still usable.
+  EXPECT_EQ(GetAndVerify(keys), 4u);
+}
+
+TEST_F(FlatStoreTest, WriteAmplificationIsExactlyOne) {
+  for (int i = 0; i < 10; ++i) {
+    PutKeys(MakeKeys(10 + i, 0, 7), i % 2 ? MediaType::kDram : MediaType::kSsd);
+  }
+  StoreStats s = store_->GetStats();
+  EXPECT_GT(s.ssd.admitted_bytes, 0u);
+  EXPECT_GT(s.dram.admitted_bytes, 0u);
+  EXPECT_EQ(s.ssd.written_bytes, s.ssd.admitted_bytes);
+  EXPECT_EQ(s.dram.written_bytes, s.dram.admitted_bytes);
+}
+
+TEST_F(FlatStoreTest, ChainInferenceJoinsTheSessionScope) {
+  auto keys = MakeKeys(20, 0, 12);
+  WriteHints first;
+  PutKeys({keys.begin(), keys.begin() + 4}, MediaType::kSsd, first);
+  WriteHints next;
+  next.prefix_tail = keys[3];
+  PutKeys({keys.begin() + 4, keys.begin() + 8}, MediaType::kSsd, next);
+  next.prefix_tail = keys[7];
+  PutKeys({keys.begin() + 8, keys.end()}, MediaType::kSsd, next);
+  StoreStats s = store_->GetStats();
+  EXPECT_EQ(s.ssd.scopes_live, 1u);  // one session, one SSD scope, three segments
+  // An unrelated chain gets its own scope.
+  PutKeys(MakeKeys(21, 0, 2), MediaType::kSsd);
+  EXPECT_EQ(store_->GetStats().ssd.scopes_live, 2u);
+  GetResult r;
+  EXPECT_EQ(GetAndVerify(keys, &r), 12u);
+  // Three segments in one file: at most one read per (segment, layer, plane) run, merged
+  // further because the segments sit back to back.
+  EXPECT_LE(r.ssd_reads, 3u * kLayout.num_layers * kLayout.num_planes);
+}
+
+TEST_F(FlatStoreTest, PlacementFollowsTable2) {
+  StoreOptions o = store_->options();
+  WriteHints h;
+  h.session = "chat";
+  EXPECT_EQ(PutKeys(MakeKeys(30, 0, 1), std::nullopt, h).medium, MediaType::kSsd);  // turn 1
+  h.prior_reply_tokens = o.tau_tokens - 1;
+  EXPECT_EQ(PutKeys(MakeKeys(30, 1, 1), std::nullopt, h).medium, MediaType::kDram);  // short turn
+  h.prior_reply_tokens = o.tau_tokens;
+  EXPECT_EQ(PutKeys(MakeKeys(30, 2, 1), std::nullopt, h).medium, MediaType::kSsd);  // long reply
+  WriteHints shared;
+  shared.shared_prefix = true;
+  EXPECT_EQ(PutKeys(MakeKeys(31, 0, 1), std::nullopt, shared).medium, MediaType::kDram);
+  WriteHints agent;
+  agent.session = "agent";
+  agent.turn = 3;
+  agent.prior_reply_tokens = 10;
+  agent.context_tokens = o.l_agent_tokens;
+  EXPECT_EQ(PutKeys(MakeKeys(32, 0, 1), std::nullopt, agent).medium, MediaType::kSsd);
+}
+
+TEST_F(FlatStoreTest, FullDramSpillsToSsdAndReclaimsOldestScopesFirst) {
+  // DRAM holds 128 blocks of 128 KiB; write 40 scopes of 8 blocks (2.5x DRAM).
+  std::vector<std::vector<Key>> scopes;
+  for (int i = 0; i < 40; ++i) {
+    scopes.push_back(MakeKeys(100 + i, 0, 8));
+    PutResult r = PutKeys(scopes.back(), MediaType::kDram);
+    EXPECT_EQ(r.written, 8u);
+  }
+  StoreStats s = store_->GetStats();
+  EXPECT_GT(s.dram.scopes_reclaimed, 0u);
+  EXPECT_LE(s.dram.used_bytes, s.dram.capacity_bytes);
+  // The newest scopes survive, the oldest were reclaimed whole.
+  EXPECT_EQ(store_->Exists(scopes.back()), 8u);
+  EXPECT_EQ(store_->Exists(scopes.front()), 0u);
+  for (const auto& k : scopes) {
+    size_t e = store_->Exists(k);
+    EXPECT_TRUE(e == 0 || e == 8) << "a scope is reclaimed whole";
+    if (e == 8) EXPECT_EQ(GetAndVerify(k), 8u);
+  }
+  EXPECT_EQ(s.dram.written_bytes, s.dram.admitted_bytes);
+}
+
+TEST_F(FlatStoreTest, SsdFullReclaimsWholeScopesWithoutWriteBack) {
+  // 16 files of 4 MiB; each scope of 20 blocks (2.5 MiB) takes one file.
+  std::vector<std::vector<Key>> scopes;
+  for (int i = 0; i < 40; ++i) {
+    scopes.push_back(MakeKeys(200 + i, 0, 20));
+    EXPECT_EQ(PutKeys(scopes.back(), MediaType::kSsd).written, 20u);
+  }
+  StoreStats s = store_->GetStats();
+  EXPECT_GT(s.ssd.scopes_reclaimed, 20u);
+  EXPECT_EQ(s.ssd.written_bytes, s.ssd.admitted_bytes);  // nothing written twice
+  EXPECT_EQ(GetAndVerify(scopes.back()), 20u);
+}
+
+TEST_F(FlatStoreTest, PinnedScopesAreNotReclaimed) {
+  auto keys = MakeKeys(300, 0, 8);
+  PutKeys(keys, MediaType::kDram);
+  // Pin the scope the way a reader does, then try to reclaim everything.
+  IndexEntry e;
+  ASSERT_TRUE(store_ != nullptr);
+  HostBlocks dst(kLayout, keys.size());
+  GetOptions go;
+  uint64_t freed_during = 0;
+  go.on_layer = [&](uint32_t layer) {
+    if (layer == 0) freed_during = store_->Reclaim(MediaType::kDram, 0.0);
+  };
+  auto r = store_->Get(keys, kLayout, dst.buffers(), go);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->hits, 8u);
+  EXPECT_EQ(freed_during, 0u);                            // the only scope was pinned by the reader
+  EXPECT_GT(store_->Reclaim(MediaType::kDram, 0.0), 0u);  // unpinned now
+  EXPECT_EQ(store_->Exists(keys), 0u);
+  (void)e;
+}
+
+TEST(FlatStoreWrites, OutOfOrderWriteCompletionsNeverCorruptASegment) {
+  // Many small staging chunks over several engine workers: completions arrive out of order, and
+  // a staging buffer must not be refilled before its own write finished.
+  TempDir dir;
+  for (const char* engine : {"preadv", "uring"}) {
+    StoreOptions o = SmallOptions(dir.path());
+    o.io_engine = engine;
+    o.io_workers = 4;
+    o.write_staging_bytes = 64 * kKiB;
+    auto r = FlatStore::OpenWithEngine(o, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto keys = MakeKeys(700, 0, 24);  // one 3 MiB segment = 96 chunks of 32 KiB
+    HostBlocks src(kLayout, keys.size());
+    src.Fill(keys);
+    WriteHints ssd;
+    ssd.force_medium = MediaType::kSsd;
+    ASSERT_TRUE((*r)->Put(keys, kLayout, src.buffers(), ssd).ok());
+    HostBlocks dst(kLayout, keys.size());
+    auto g = (*r)->Get(keys, kLayout, dst.buffers());
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ(g->hits, keys.size()) << engine;
+    EXPECT_EQ(0, std::memcmp(dst.bytes.data(), src.bytes.data(), src.bytes.size())) << engine;
+  }
+}
+
+TEST(FlatStoreErrors, InjectedEioAndEnospcLeaveTheStoreUsable) {
+  TempDir dir;
+  auto fault = std::make_unique<FaultInjectionIoEngine>(std::make_unique<PosixIoEngine>());
+  FaultInjectionIoEngine* inject = fault.get();
+  auto r = FlatStore::OpenWithEngine(SmallOptions(dir.path()), std::move(fault));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  FlatStore& store = **r;
+  auto good = MakeKeys(400, 0, 10);
+  HostBlocks src(kLayout, 10);
+  src.Fill(good);
+  WriteHints ssd;
+  ssd.force_medium = MediaType::kSsd;
+  ASSERT_TRUE(store.Put(good, kLayout, src.buffers(), ssd).ok());
+
+  // ENOSPC on write: a clear status, nothing published.
+  inject->SetWriteError(ENOSPC);
+  auto bad = MakeKeys(401, 0, 10);
+  auto w = store.Put(bad, kLayout, src.buffers(), ssd);
+  EXPECT_TRUE(w.status().IsNoSpace()) << w.status().ToString();
+  EXPECT_EQ(store.Exists(bad), 0u);
+  // EIO on write.
+  inject->SetWriteError(EIO);
+  w = store.Put(bad, kLayout, src.buffers(), ssd);
+  EXPECT_TRUE(w.status().IsIOError()) << w.status().ToString();
+  inject->ClearWrites();
+
+  // EIO on read: the get fails clearly; the data is still there afterwards.
+  inject->SetReadError(EIO);
+  HostBlocks dst(kLayout, 10);
+  auto g = store.Get(good, kLayout, dst.buffers());
+  EXPECT_TRUE(g.status().IsIOError()) << g.status().ToString();
+  inject->Clear();
+  g = store.Get(good, kLayout, dst.buffers());
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->hits, 10u);
+  EXPECT_EQ(0, std::memcmp(dst.bytes.data(), src.bytes.data(), src.bytes.size()));
+  // The failed keys can be written once the fault is gone.
+  EXPECT_TRUE(store.Put(bad, kLayout, src.buffers(), ssd).ok());
+  EXPECT_EQ(store.Exists(bad), 10u);
+}
+
+TEST(FlatStoreErrors, CorruptedBlockIsAMissAndCounted) {
+  TempDir dir;
+  auto r = FlatStore::OpenWithEngine(SmallOptions(dir.path()), nullptr);
+  ASSERT_TRUE(r.ok());
+  FlatStore& store = **r;
+  auto keys = MakeKeys(500, 0, 4);
+  HostBlocks src(kLayout, 4);
+  src.Fill(keys);
+  WriteHints ssd;
+  ssd.force_medium = MediaType::kSsd;
+  ASSERT_TRUE(store.Put(keys, kLayout, src.buffers(), ssd).ok());
+  // Flip one byte of block 2's layer-1 slice on disk: segment run (l=1,p=0) starts at 2 runs.
+  const int fd = store.ssd_pool()->fds()[0];
+  const uint64_t run = 4 * kLayout.slice_bytes;  // 4 blocks, already 4 KiB aligned
+  const off_t off = static_cast<off_t>(2 * run + 2 * kLayout.slice_bytes + 100);
+  alignas(4096) static uint8_t page[4096];
+  ASSERT_EQ(pread(fd, page, 4096, off / 4096 * 4096), 4096);
+  page[off % 4096] ^= 0xFF;
+  ASSERT_EQ(pwrite(fd, page, 4096, off / 4096 * 4096), 4096);
+  HostBlocks dst(kLayout, 4);
+  auto g = store.Get(keys, kLayout, dst.buffers());
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->found, (std::vector<uint8_t>{1, 1, 0, 1}));
+  EXPECT_EQ(g->corrupt, 1u);
+  EXPECT_EQ(store.GetStats().checksum_mismatches, 1u);
+}
+
+TEST(FlatStoreOpen, RefusesBadSsdDirectories) {
+  StoreOptions o = SmallOptions("/nonexistent/flatcake");
+  auto r = Store::Open(o);
+  EXPECT_TRUE(r.status().IsNotFound());
+  EXPECT_NE(r.status().message().find("/nonexistent/flatcake"), std::string::npos);
+  TempDir dir;
+  o = SmallOptions(dir.path());
+  o.ssd_bytes = uint64_t{1} << 46;  // 64 TiB: more than this disk has
+  o.ssd_file_bytes = uint64_t{1} << 36;
+  r = Store::Open(o);
+  EXPECT_TRUE(r.status().IsNoSpace()) << r.status().ToString();
+  o = SmallOptions(dir.path() + "/file");
+  ASSERT_EQ(0, system(("touch " + dir.path() + "/file").c_str()));
+  EXPECT_TRUE(Store::Open(o).status().IsInvalidArgument());
+  // Two stores cannot share a directory.
+  auto a = Store::Open(SmallOptions(dir.path()));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(Store::Open(SmallOptions(dir.path())).status().code(), StatusCode::kBusy);
+}
+
+}  // namespace
+}  // namespace flatcake

@@ -1,0 +1,116 @@
+// Helpers of the segment write path: an aligned staging buffer and the gather that produces a
+// segment's layer-major byte stream from the caller's buffers.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "flatcake/layout.h"
+#include "io/io_engine.h"
+#include "store/scope.h"
+
+namespace flatcake {
+
+// 4 KiB-aligned heap buffer (O_DIRECT needs aligned memory). data() is null if allocation failed.
+class StagingBuffer {
+ public:
+  explicit StagingBuffer(uint64_t bytes)
+      : data_(static_cast<uint8_t*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096))) {}
+  ~StagingBuffer() { std::free(data_); }
+  StagingBuffer(const StagingBuffer&) = delete;
+  StagingBuffer& operator=(const StagingBuffer&) = delete;
+  uint8_t* data() const { return data_; }
+
+ private:
+  uint8_t* data_;
+};
+
+// Tracks asynchronously submitted ops by tag (tags 0, 1, 2, ... in submission order) so a caller
+// can wait for one particular op, whatever order the engine's workers complete them in; keeps the
+// first error.
+class IoWaiter final : public IoCompletionSink {
+ public:
+  void OnIoComplete(uint64_t tag, const Status& status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!status.ok() && error_.ok()) error_ = status;
+    if (tag >= done_.size()) done_.resize(tag + 1, false);
+    done_[tag] = true;
+    ++completed_;
+    cv_.notify_all();
+  }
+  // Submits `op` with the next tag and returns that tag.
+  uint64_t Submit(IoEngine& engine, IoOp op) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      op.tag = submitted_++;
+    }
+    engine.Submit(std::span<const IoOp>(&op, 1), this);
+    return op.tag;
+  }
+  // Waits for the op with `tag`; returns the first error seen so far.
+  Status WaitFor(uint64_t tag) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return tag < done_.size() && done_[tag]; });
+    return error_;
+  }
+  Status WaitAll() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return completed_ == submitted_; });
+    return error_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<bool> done_;
+  uint64_t submitted_ = 0;
+  uint64_t completed_ = 0;
+  Status error_;
+};
+
+// Produces any byte range of a segment laid out [layer][plane][block] (each run padded with
+// zeros to seg.run_stride) from source blocks `blocks` (indices into `src`).
+class SegmentGather {
+ public:
+  SegmentGather(const KvLayout& layout, const Segment& seg, const BlockBuffers& src,
+                std::span<const uint32_t> blocks)
+      : layout_(layout), seg_(seg), src_(src), blocks_(blocks) {}
+
+  // Writes segment bytes [pos, pos + len) to dst.
+  void Fill(uint64_t pos, uint64_t len, uint8_t* dst) const {
+    const uint64_t s = layout_.slice_bytes;
+    const uint64_t payload = uint64_t{seg_.num_blocks} * s;
+    while (len > 0) {
+      const uint64_t run = pos / seg_.run_stride;
+      const uint64_t in_run = pos % seg_.run_stride;
+      uint64_t n;
+      if (in_run < payload) {
+        const uint64_t b = in_run / s;
+        const uint64_t q = in_run % s;
+        n = std::min(len, s - q);
+        const uint32_t l = static_cast<uint32_t>(run / layout_.num_planes);
+        const uint32_t p = static_cast<uint32_t>(run % layout_.num_planes);
+        std::memcpy(dst, SliceAddress(src_, layout_, blocks_[b], l, p) + q, n);
+      } else {
+        n = std::min(len, seg_.run_stride - in_run);
+        std::memset(dst, 0, n);
+      }
+      dst += n;
+      pos += n;
+      len -= n;
+    }
+  }
+
+ private:
+  const KvLayout& layout_;
+  const Segment& seg_;
+  const BlockBuffers& src_;
+  std::span<const uint32_t> blocks_;
+};
+
+}  // namespace flatcake
