@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the dependencies, builds, and runs every test: the GoogleTest suite (ctest), the
+# concurrency stress tests again under ThreadSanitizer, the Python suite (pytest), and the
+# clang-format check.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh
+
+echo "== ctest (Release)"
+(cd build && ctest --output-on-failure --timeout 900)
+
+echo "== stress tests under ThreadSanitizer"
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLATCAKE_SANITIZE=thread \
+  -DFLATCAKE_BUILD_PYTHON=OFF
+stress_targets=$(cd build && ctest -N -L stress | sed -n 's/^ *Test *#[0-9]*: //p')
+cmake --build build-tsan -j"$(nproc)" --target $stress_targets
+(cd build-tsan && TSAN_OPTIONS="halt_on_error=1" ctest -L stress --output-on-failure --timeout 900)
+
+if [[ -d python/tests ]]; then
+  echo "== pytest"
+  PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q python/tests
+fi
+
+echo "== clang-format"
+scripts/check-format.sh
