@@ -1,0 +1,286 @@
+"""FlatCake: a KV-cache store with host DRAM and SSD as peer media behind one address space.
+
+This package wraps the C++ store (``flatcake._core``):
+
+    import flatcake
+    store = flatcake.open({"ssd_dirs": ["/nvme0/fc"], "ssd_bytes": "64GiB", "dram_bytes": "8GiB"})
+    layout = flatcake.KvLayout(num_layers=32, num_planes=2, slice_bytes=64 * 1024)
+    store.put(["page-0", "page-1"], layout, tensor)     # CPU tensor of 2 * layout.block_bytes
+    store.exists(["page-0", "page-1", "page-2"])         # -> 2 (leading keys present)
+    store.get(["page-0", "page-1"], layout, out_tensor)  # -> GetResult, found == [True, True]
+    store.close()
+
+Buffers are either CPU torch tensors (their memory is used in place, never copied by Python) or
+raw integer addresses together with an explicit ``kind`` (see ``BUFFER_KINDS``). The GIL is
+released while the store copies data or waits for I/O, so several Python threads can keep the
+store busy. ``flatcake.sglang.FlatCakeStorage`` is the SGLang HiCache storage backend.
+
+Errors: bad arguments raise ``ValueError``/``TypeError``; store failures (no space, I/O errors,
+closed store) raise ``flatcake.Error`` whose ``code`` attribute names the status ("NoSpace", ...).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from . import _core
+from ._core import Error, GetResult, KvLayout, PutResult
+
+__all__ = [
+    "BUFFER_KINDS",
+    "Error",
+    "GetResult",
+    "KvLayout",
+    "PutResult",
+    "Store",
+    "default_options",
+    "key_hex",
+    "normalize_config",
+    "open",
+    "option_names",
+    "parse_size",
+]
+
+# How a batch's memory is arranged (include/flatcake/layout.h, BufferKind):
+#   block_contiguous   one pointer per block, slices in [layer][plane] order
+#   block_plane_major  one pointer per block, slices in [plane][layer] order
+#   plane_pointers     one pointer per (block, plane); that plane's layers contiguous
+#   slice_pointers     one pointer per (block, layer, plane)
+BUFFER_KINDS = ("block_contiguous", "block_plane_major", "plane_pointers", "slice_pointers")
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1 << 10, "kib": 1 << 10, "kb": 10**3,
+    "m": 1 << 20, "mib": 1 << 20, "mb": 10**6,
+    "g": 1 << 30, "gib": 1 << 30, "gb": 10**9,
+    "t": 1 << 40, "tib": 1 << 40, "tb": 10**12,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(value: Any, name: str = "size") -> int:
+    """Bytes from an int or a string such as "64GiB", "512M", "1.5G" or "4000MB".
+
+    K/M/G/T and KiB/MiB/GiB/TiB are binary (powers of 1024); KB/MB/GB/TB are decimal.
+    """
+    if isinstance(value, bool):
+        raise TypeError(f"option '{name}' must be a size, got a bool")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"option '{name}' must not be negative, got {value}")
+        return value
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if not isinstance(value, str):
+        raise TypeError(f"option '{name}' must be an int or a size string, got {type(value).__name__}")
+    m = _SIZE_RE.match(value)
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _SIZE_UNITS:
+        raise ValueError(f"option '{name}': cannot parse size {value!r} (e.g. 4096, 512MiB, 64GiB)")
+    number = float(m.group(1)) * _SIZE_UNITS[unit]
+    if not number.is_integer():
+        raise ValueError(f"option '{name}': {value!r} is not a whole number of bytes")
+    return int(number)
+
+
+def option_names() -> list:
+    """Every store option (StoreOptions field) accepted by ``open``."""
+    return list(_core.option_names())
+
+
+def default_options() -> dict:
+    """The defaults a store starts with, keyed by option name."""
+    return dict(_core.default_options())
+
+
+def normalize_config(config: Optional[Mapping[str, Any]] = None, **overrides: Any) -> dict:
+    """Copies ``config`` with ``overrides`` applied, sizes parsed and ``ssd_dirs`` as a list.
+
+    Raises ValueError on unknown option names or out-of-range values, before anything is opened.
+    """
+    merged = dict(config or {})
+    merged.update(overrides)
+    out = {}
+    for name, value in merged.items():
+        if name.endswith("_bytes"):
+            value = parse_size(value, name)
+        elif name == "ssd_dirs":
+            if isinstance(value, str):
+                value = [d.strip() for d in value.split(",") if d.strip()]
+            elif isinstance(value, (list, tuple)):
+                value = [str(d) for d in value]
+        out[name] = value
+    return dict(_core.validate_options(out))
+
+
+def key_hex(key: str) -> str:
+    """The 128-bit store key a string key folds to, as 32 hex digits."""
+    return _core.key_hex(key)
+
+
+def _torch():
+    import torch  # imported lazily: the package works with raw addresses alone
+
+    return torch
+
+
+def _is_tensor(obj: Any) -> bool:
+    try:
+        return isinstance(obj, _torch().Tensor)
+    except ImportError:
+        return False
+
+
+def _tensor_span(t: Any, what: str) -> tuple:
+    """(address, nbytes) of a CPU tensor whose memory can be used in place."""
+    if t.device.type != "cpu":
+        raise ValueError(f"{what} must be a CPU tensor, got device {t.device}")
+    if not t.is_contiguous():
+        raise ValueError(f"{what} must be contiguous (its bytes are read and written in place)")
+    return t.data_ptr(), t.numel() * t.element_size()
+
+
+def _expected_bytes(kind: str, layout: KvLayout) -> int:
+    if kind in ("block_contiguous", "block_plane_major"):
+        return layout.block_bytes
+    if kind == "plane_pointers":
+        return layout.num_layers * layout.slice_bytes
+    if kind == "slice_pointers":
+        return layout.slice_bytes
+    raise ValueError(f"unknown buffer kind {kind!r} (one of {', '.join(BUFFER_KINDS)})")
+
+
+def _resolve_buffers(buffers: Any, layout: KvLayout, n: int, kind: Optional[str]) -> tuple:
+    """Returns (kind, pointers) for a batch of n blocks, checking every tensor's size."""
+    if not isinstance(layout, KvLayout):
+        raise TypeError(f"layout must be a flatcake.KvLayout, got {type(layout).__name__}")
+    layout.validate()
+    if _is_tensor(buffers):
+        # One tensor holding the whole batch, block after block.
+        kind = kind or "block_contiguous"
+        if kind not in ("block_contiguous", "block_plane_major"):
+            raise ValueError(f"a single tensor holds whole blocks; kind {kind!r} needs a list")
+        addr, nbytes = _tensor_span(buffers, "buffer tensor")
+        if nbytes != n * layout.block_bytes:
+            raise ValueError(
+                f"buffer tensor has {nbytes} bytes; {n} blocks of {layout!r} need "
+                f"{n * layout.block_bytes}")
+        return kind, [addr + i * layout.block_bytes for i in range(n)]
+    if isinstance(buffers, (str, bytes)) or not isinstance(buffers, Sequence):
+        raise TypeError("buffers must be a CPU tensor, a list of CPU tensors or a list of int "
+                        f"addresses, got {type(buffers).__name__}")
+    items = list(buffers)
+    if kind is None:
+        per_block = len(items) // n if n and len(items) % n == 0 else 0
+        guesses = {1: "block_contiguous", layout.num_planes: "plane_pointers",
+                   layout.num_layers * layout.num_planes: "slice_pointers"}
+        if per_block not in guesses:
+            raise ValueError(f"cannot infer the buffer kind from {len(items)} buffers for {n} "
+                             f"blocks of {layout!r}; pass kind= explicitly")
+        # Checked in this order so that an ambiguous count (one plane) picks whole blocks.
+        for count in (1, layout.num_planes, layout.num_layers * layout.num_planes):
+            if per_block == count:
+                kind = guesses[count]
+                break
+    want_count = _core.pointers_per_block(kind, layout) * n
+    if len(items) != want_count:
+        raise ValueError(f"buffer kind {kind} needs {want_count} buffers for {n} blocks of "
+                         f"{layout!r}, got {len(items)}")
+    want_bytes = _expected_bytes(kind, layout)
+    ptrs = []
+    for i, item in enumerate(items):
+        if isinstance(item, int) and not isinstance(item, bool):
+            ptrs.append(item)
+        elif _is_tensor(item):
+            addr, nbytes = _tensor_span(item, f"buffer {i}")
+            if nbytes != want_bytes:
+                raise ValueError(f"buffer {i} has {nbytes} bytes; kind {kind} with {layout!r} "
+                                 f"needs {want_bytes}")
+            ptrs.append(addr)
+        else:
+            raise TypeError(f"buffer {i} must be a CPU tensor or an int address, "
+                            f"got {type(item).__name__}")
+    return kind, ptrs
+
+
+class Store:
+    """A FlatCake store. Thread-safe; every method may be called from any thread.
+
+    Keys are strings (or bytes), folded to 128-bit digests by the store. Stored blocks are
+    write-once: putting a key that is present skips it and counts it as ``already_present``.
+    """
+
+    def __init__(self, core: Any):
+        self._core = core
+
+    # --- data path -----------------------------------------------------------------------------
+    def put(self, keys: Sequence[str], layout: KvLayout, buffers: Any, *, kind: Optional[str] = None,
+            session: str = "", prefix_tail: Optional[str] = None, turn: int = 0,
+            prior_reply_tokens: Optional[int] = None, context_tokens: Optional[int] = None,
+            shared_prefix: bool = False, force_medium: Optional[str] = None) -> PutResult:
+        """Writes ``keys`` from ``buffers``. Hints (all optional) steer placement:
+
+        session: caller's session id ("" = inferred from ``prefix_tail``); prefix_tail: the key of
+        the block just before keys[0] in the caller's chain; turn; prior_reply_tokens;
+        context_tokens (tokens before keys[0]); shared_prefix; force_medium ("dram" or "ssd").
+        """
+        keys = list(keys)
+        kind, ptrs = _resolve_buffers(buffers, layout, len(keys), kind)
+        return self._core.put(keys, layout, kind, ptrs, session=session, prefix_tail=prefix_tail,
+                              turn=turn, prior_reply_tokens=prior_reply_tokens,
+                              context_tokens=context_tokens, shared_prefix=shared_prefix,
+                              force_medium=force_medium)
+
+    def get(self, keys: Sequence[str], layout: KvLayout, buffers: Any, *,
+            kind: Optional[str] = None) -> GetResult:
+        """Reads ``keys`` into ``buffers``; ``result.found[i]`` tells which blocks arrived."""
+        keys = list(keys)
+        kind, ptrs = _resolve_buffers(buffers, layout, len(keys), kind)
+        return self._core.get(keys, layout, kind, ptrs)
+
+    def exists(self, keys: Iterable[str]) -> int:
+        """Number of leading keys present."""
+        return self._core.exists(list(keys))
+
+    # --- management ----------------------------------------------------------------------------
+    def reclaim(self, medium: str, target_fraction: float) -> int:
+        """Frees whole unpinned scopes of ``medium`` down to ``target_fraction``; returns bytes."""
+        return self._core.reclaim(medium, target_fraction)
+
+    def clear(self) -> None:
+        """Drops every stored block."""
+        self._core.clear()
+
+    def stats(self) -> dict:
+        return self._core.stats()
+
+    def info(self) -> dict:
+        return self._core.info()
+
+    def options(self) -> dict:
+        return self._core.options()
+
+    def close(self) -> None:
+        """Waits for in-flight calls, then releases the store's memory, files and threads."""
+        self._core.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._core.closed
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return "flatcake.Store(closed)" if self.closed else f"flatcake.Store({self.info()})"
+
+
+def open(config: Optional[Mapping[str, Any]] = None, **overrides: Any) -> Store:  # noqa: A001
+    """Opens a store. ``config`` maps option names (see ``option_names()``) to values; sizes may be
+    strings like "64GiB"; ``ssd_dirs`` a list or a comma-separated string. The SSD directories
+    must exist and be writable; the pool files are created and pre-allocated inside them."""
+    return Store(_core.open(normalize_config(config, **overrides)))

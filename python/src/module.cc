@@ -1,0 +1,258 @@
+// flatcake._core: the pybind11 binding of flatcake::Store.
+//
+// Thread safety: a PyStore may be used from any number of Python threads. Every data call
+// converts its arguments while holding the GIL, then releases the GIL and holds `mu_` shared for
+// the duration of the Store call, so I/O from several threads overlaps and never blocks the
+// interpreter. close() takes `mu_` exclusively (with the GIL released), so the Store is destroyed
+// only after every in-flight call has returned; calls after close() raise flatcake.Error.
+//
+// Pointers are raw addresses supplied by the caller (the Python layer derives them from tensors
+// and checks their bounds); the store only dereferences them during the call.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "flatcake/layout.h"
+#include "flatcake/store.h"
+#include "py_convert.h"
+
+namespace flatcake::py {
+namespace {
+
+BlockBuffers MakeBuffers(const std::string& kind, const std::vector<void*>& ptrs) {
+  Result<BufferKind> parsed = ParseBufferKind(kind);
+  if (!parsed.ok()) RaiseStatus(parsed.status());
+  return BlockBuffers{*parsed, std::span<void* const>(ptrs.data(), ptrs.size())};
+}
+
+class PyStore {
+ public:
+  explicit PyStore(std::unique_ptr<Store> store) : store_(std::move(store)) {}
+
+  PutResult Put(const pyb::handle& keys, const KvLayout& layout, const std::string& kind,
+                const pyb::handle& ptrs, const std::string& session,
+                const std::optional<std::string>& prefix_tail, uint32_t turn,
+                std::optional<uint64_t> prior_reply_tokens, std::optional<uint64_t> context_tokens,
+                bool shared_prefix, const std::optional<std::string>& force_medium) {
+    std::vector<Key> k = KeysFromSequence(keys);
+    std::vector<void*> p = PointersFromSequence(ptrs);
+    BlockBuffers buffers = MakeBuffers(kind, p);
+    WriteHints hints;
+    hints.session = session;
+    if (prefix_tail) hints.prefix_tail = KeyFromString(*prefix_tail);
+    hints.turn = turn;
+    hints.prior_reply_tokens = prior_reply_tokens;
+    hints.context_tokens = context_tokens;
+    hints.shared_prefix = shared_prefix;
+    if (force_medium) hints.force_medium = MediumFromString(*force_medium);
+    return Unwrap(WithStore([&](Store& s) { return s.Put(k, layout, buffers, hints); }));
+  }
+
+  GetResult Get(const pyb::handle& keys, const KvLayout& layout, const std::string& kind,
+                const pyb::handle& ptrs) {
+    std::vector<Key> k = KeysFromSequence(keys);
+    std::vector<void*> p = PointersFromSequence(ptrs);
+    BlockBuffers buffers = MakeBuffers(kind, p);
+    return Unwrap(WithStore([&](Store& s) { return s.Get(k, layout, buffers); }));
+  }
+
+  size_t Exists(const pyb::handle& keys) {
+    std::vector<Key> k = KeysFromSequence(keys);
+    return Unwrap(WithStore([&](Store& s) -> Result<size_t> { return s.Exists(k); }));
+  }
+
+  uint64_t Reclaim(const std::string& medium, double target_fraction) {
+    if (!(target_fraction >= 0.0 && target_fraction <= 1.0)) {
+      throw pyb::value_error("target_fraction must lie in [0, 1]");
+    }
+    const MediaType m = MediumFromString(medium);
+    return Unwrap(
+        WithStore([&](Store& s) -> Result<uint64_t> { return s.Reclaim(m, target_fraction); }));
+  }
+
+  void Clear() {
+    Unwrap(WithStore([](Store& s) -> Result<bool> {
+      s.Clear();
+      return true;
+    }));
+  }
+
+  pyb::dict Stats() {
+    return StatsToDict(
+        Unwrap(WithStore([](Store& s) -> Result<StoreStats> { return s.GetStats(); })));
+  }
+  pyb::dict Info() {
+    return InfoToDict(Unwrap(WithStore([](Store& s) -> Result<StoreInfo> { return s.GetInfo(); })));
+  }
+  pyb::dict Options() {
+    return OptionsToDict(
+        Unwrap(WithStore([](Store& s) -> Result<StoreOptions> { return s.options(); })));
+  }
+
+  void Close() {
+    std::unique_ptr<Store> doomed;
+    {
+      pyb::gil_scoped_release release;
+      std::unique_lock lock(mu_);
+      doomed = std::move(store_);
+      // Destroy outside the GIL too: shutting down I/O workers may take a while.
+      doomed.reset();
+    }
+  }
+
+  bool closed() {
+    pyb::gil_scoped_release release;
+    std::shared_lock lock(mu_);
+    return store_ == nullptr;
+  }
+
+ private:
+  // Runs `fn` on the store with the GIL released and the store pinned against close().
+  template <typename Fn>
+  auto WithStore(Fn&& fn) -> decltype(fn(std::declval<Store&>())) {
+    using R = decltype(fn(std::declval<Store&>()));
+    std::optional<R> result;
+    {
+      pyb::gil_scoped_release release;
+      std::shared_lock lock(mu_);
+      if (store_ != nullptr) result.emplace(fn(*store_));
+    }
+    if (!result) RaiseStatus(Status::Aborted("the store is closed"));
+    return std::move(*result);
+  }
+
+  template <typename T>
+  static T Unwrap(Result<T> r) {
+    if (!r.ok()) RaiseStatus(r.status());
+    return std::move(r).value();
+  }
+
+  std::shared_mutex mu_;
+  std::unique_ptr<Store> store_;  // null after Close()
+};
+
+std::shared_ptr<PyStore> OpenStore(const pyb::dict& config) {
+  StoreOptions options = OptionsFromDict(config);
+  Status valid = ValidateStoreOptions(options);
+  if (!valid.ok()) RaiseStatus(valid);
+  Result<std::unique_ptr<Store>> store = [&] {
+    pyb::gil_scoped_release release;  // pre-allocating pool files can take seconds
+    return Store::Open(options);
+  }();
+  if (!store.ok()) RaiseStatus(store.status());
+  return std::make_shared<PyStore>(std::move(store).value());
+}
+
+}  // namespace
+}  // namespace flatcake::py
+
+PYBIND11_MODULE(_core, m) {
+  namespace py = flatcake::py;
+  namespace pyb = pybind11;
+  using flatcake::GetResult;
+  using flatcake::KvLayout;
+  using flatcake::PutResult;
+  using pyb::arg;
+
+  m.doc() = "FlatCake KV-cache store (C++ core). Use the `flatcake` package, not this module.";
+  py::RegisterErrorType(m);
+
+  pyb::class_<KvLayout>(m, "KvLayout",
+                        "Shape of one KV block: num_layers x num_planes slices of slice_bytes.")
+      .def(pyb::init([](uint32_t num_layers, uint32_t num_planes, uint64_t slice_bytes) {
+             return KvLayout{num_layers, num_planes, slice_bytes};
+           }),
+           arg("num_layers"), arg("num_planes"), arg("slice_bytes"))
+      .def_readwrite("num_layers", &KvLayout::num_layers)
+      .def_readwrite("num_planes", &KvLayout::num_planes)
+      .def_readwrite("slice_bytes", &KvLayout::slice_bytes)
+      .def_property_readonly("block_bytes", &KvLayout::block_bytes)
+      .def("validate",
+           [](const KvLayout& l) {
+             flatcake::Status s = flatcake::ValidateKvLayout(l);
+             if (!s.ok()) py::RaiseStatus(s);
+           })
+      .def("__eq__", [](const KvLayout& a, const KvLayout& b) { return a == b; })
+      .def("__repr__", [](const KvLayout& l) { return "KvLayout(" + l.ToString() + ")"; });
+
+  pyb::class_<PutResult>(m, "PutResult")
+      .def_readonly("written", &PutResult::written)
+      .def_readonly("already_present", &PutResult::already_present)
+      .def_property_readonly(
+          "medium", [](const PutResult& r) { return std::string(py::MediumName(r.medium)); })
+      .def_readonly("segments", &PutResult::segments)
+      .def("__repr__", [](const PutResult& r) {
+        return "PutResult(written=" + std::to_string(r.written) +
+               ", already_present=" + std::to_string(r.already_present) +
+               ", medium=" + std::string(py::MediumName(r.medium)) +
+               ", segments=" + std::to_string(r.segments) + ")";
+      });
+
+  pyb::class_<GetResult>(m, "GetResult")
+      .def_property_readonly("found",
+                             [](const GetResult& r) {
+                               std::vector<bool> f(r.found.begin(), r.found.end());
+                               return f;
+                             })
+      .def_readonly("hits", &GetResult::hits)
+      .def_readonly("leading_hits", &GetResult::leading_hits)
+      .def_readonly("corrupt", &GetResult::corrupt)
+      .def_readonly("bytes_from_dram", &GetResult::bytes_from_dram)
+      .def_readonly("bytes_from_ssd", &GetResult::bytes_from_ssd)
+      .def_readonly("ssd_bytes_read", &GetResult::ssd_bytes_read)
+      .def_readonly("ssd_reads", &GetResult::ssd_reads)
+      .def("__repr__", [](const GetResult& r) {
+        return "GetResult(hits=" + std::to_string(r.hits) + "/" + std::to_string(r.found.size()) +
+               ", leading_hits=" + std::to_string(r.leading_hits) +
+               ", corrupt=" + std::to_string(r.corrupt) + ")";
+      });
+
+  pyb::class_<py::PyStore, std::shared_ptr<py::PyStore>>(m, "Store")
+      .def("put", &py::PyStore::Put, arg("keys"), arg("layout"), arg("kind"), arg("ptrs"),
+           pyb::kw_only(), arg("session") = std::string(), arg("prefix_tail") = pyb::none(),
+           arg("turn") = 0, arg("prior_reply_tokens") = pyb::none(),
+           arg("context_tokens") = pyb::none(), arg("shared_prefix") = false,
+           arg("force_medium") = pyb::none(),
+           "Writes blocks from caller memory. Keys already present are skipped (write-once).")
+      .def("get", &py::PyStore::Get, arg("keys"), arg("layout"), arg("kind"), arg("ptrs"),
+           "Copies blocks into caller memory; a missing key is a miss (found[i] False).")
+      .def("exists", &py::PyStore::Exists, arg("keys"), "Number of leading keys present.")
+      .def("reclaim", &py::PyStore::Reclaim, arg("medium"), arg("target_fraction"))
+      .def("clear", &py::PyStore::Clear)
+      .def("stats", &py::PyStore::Stats)
+      .def("info", &py::PyStore::Info)
+      .def("options", &py::PyStore::Options)
+      .def("close", &py::PyStore::Close)
+      .def_property_readonly("closed", &py::PyStore::closed);
+
+  m.def("open", &py::OpenStore, arg("config"),
+        "Opens a store from a dict of StoreOptions fields (sizes as integers).");
+  m.def("option_names", [] {
+    std::vector<std::string> names;
+    for (std::string_view n : py::OptionNames()) names.emplace_back(n);
+    return names;
+  });
+  m.def("default_options", [] { return py::OptionsToDict(flatcake::StoreOptions{}); });
+  m.def("validate_options", [](const pyb::dict& config) {
+    flatcake::StoreOptions options = py::OptionsFromDict(config);
+    flatcake::Status s = flatcake::ValidateStoreOptions(options);
+    if (!s.ok()) py::RaiseStatus(s);
+    return py::OptionsToDict(options);
+  });
+  m.def("pointers_per_block", [](const std::string& kind, const KvLayout& layout) {
+    flatcake::Result<flatcake::BufferKind> k = flatcake::ParseBufferKind(kind);
+    if (!k.ok()) py::RaiseStatus(k.status());
+    return flatcake::PointersPerBlock(*k, layout);
+  });
+  m.def(
+      "key_hex",
+      [](const std::string& text) { return flatcake::KeyToHex(flatcake::KeyFromString(text)); },
+      "The 128-bit store key of a string key, as 32 hex digits.");
+}
