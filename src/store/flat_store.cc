@@ -90,6 +90,8 @@ Status FlatStore::Init() {
     ro.coalesce.max_gap = options_.max_gap_bytes;
     ro.coalesce.max_io = options_.max_io_bytes;
     FC_ASSIGN_OR_RETURN(restore_, RestoreReader::Create(*engine_, ro));
+    write_staging_ = std::make_unique<StagingPool>(
+        std::max<uint64_t>(AlignDown(options_.write_staging_bytes / 2, kRunAlign), kRunAlign));
   }
 
   uint64_t cap = options_.index_capacity;
@@ -428,11 +430,17 @@ Status FlatStore::WriteSegment(const ScopeSlot& scope, const PendingSegment& ps,
   const uint32_t file = static_cast<uint32_t>(seg.base / fb);
   const uint64_t file_off = seg.base % fb;
   // Two halves of the staging budget: one is gathered while the other is being written.
-  const uint64_t chunk = std::min<uint64_t>(
-      std::max<uint64_t>(AlignDown(options_.write_staging_bytes / 2, kRunAlign), kRunAlign),
-      seg.bytes);
-  StagingBuffer bufs[2] = {StagingBuffer(chunk), StagingBuffer(chunk)};
-  if (!bufs[0].data() || !bufs[1].data()) {
+  const uint64_t chunk = std::min(write_staging_->buffer_bytes(), seg.bytes);
+  std::unique_ptr<StagingBuffer> bufs[2] = {write_staging_->Acquire(), write_staging_->Acquire()};
+  struct ReturnBuffers {
+    StagingPool* pool;
+    std::unique_ptr<StagingBuffer>* bufs;
+    ~ReturnBuffers() {
+      pool->Release(std::move(bufs[0]));
+      pool->Release(std::move(bufs[1]));
+    }
+  } give_back{write_staging_.get(), bufs};
+  if (!bufs[0]->data() || !bufs[1]->data()) {
     return Status::NoSpace("cannot allocate write staging buffers");
   }
   IoWaiter waiter;
@@ -448,7 +456,7 @@ Status FlatStore::WriteSegment(const ScopeSlot& scope, const PendingSegment& ps,
       st = waiter.WaitFor(*busy);
       if (!st.ok()) break;
     }
-    uint8_t* data = bufs[n % 2].data();
+    uint8_t* data = bufs[n % 2]->data();
     gather.Fill(pos, len, data);
     IoOp op;
     op.opcode = IoOpcode::kWrite;

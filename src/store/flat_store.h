@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -25,6 +26,7 @@
 #include "media/dram_arena.h"
 #include "media/ssd_file_pool.h"
 #include "store/scope.h"
+#include "store/staging.h"
 
 namespace flatcake {
 
@@ -94,15 +96,17 @@ class FlatStore final : public Store {
   uint64_t Used(MediaType m) const;
 
   // --- read path (flat_store_read.cc) ---
-  Status ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout, const GetOptions& options,
-                 GetResult* result);
+  // Restores `slices`; `on_layer(l)` runs once per layer, in order, when layer l has landed.
+  Status ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout,
+                 const std::function<void(uint32_t)>& on_layer, GetResult* result);
 
   Gva MakeGva(MediaType m, uint64_t offset) const { return EncodeGva(m, options_.node_id, offset); }
   uint64_t NowNs() const;
 
   const StoreOptions options_;
   std::unique_ptr<IoEngine> engine_;
-  std::unique_ptr<RestoreReader> restore_;  // SSD read pipeline (null without SSD)
+  std::unique_ptr<RestoreReader> restore_;      // SSD read pipeline (null without SSD)
+  std::unique_ptr<StagingPool> write_staging_;  // gather buffers of SSD segment writes
   std::unique_ptr<DramArena> dram_;
   std::unique_ptr<SsdFilePool> ssd_;
   std::unique_ptr<BlockIndex> index_;

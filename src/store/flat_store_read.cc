@@ -33,6 +33,8 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
   struct Hit {
     uint32_t key;
     IndexEntry e;
+    bool valid = true;      // false: the entry's address did not decode (never read)
+    uint64_t checksum = 0;  // of the delivered bytes
   };
   std::vector<Hit> hits;
   hits.reserve(keys.size());
@@ -53,7 +55,7 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
                                      s.layout.ToString() + " but the read asks for " +
                                      layout.ToString());
     }
-    hits.push_back(Hit{i, e});
+    hits.push_back(Hit{i, e, true, 0});
   }
   index_lock.unlock();  // pinned scopes stay valid without the index
 
@@ -61,11 +63,19 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
   std::vector<SliceRead> ssd;
   const uint64_t sb = layout.slice_bytes;
   const uint64_t fb = ssd_ ? ssd_->file_bytes() : 1;
-  for (const Hit& h : hits) {
-    const uint64_t plane_stride = h.e.layer_stride / layout.num_planes;
+  // SSD blocks are verified as their layers arrive (the hash runs in the in-order layer callback,
+  // overlapped with the reads of later layers); DRAM blocks right after their copy.
+  std::vector<uint32_t> ssd_hits;  // indices into `hits`
+  for (uint32_t i = 0; i < hits.size(); ++i) {
+    Hit& h = hits[i];
     auto decoded = gva_space_.Decode(h.e.gva, sb);
-    if (!decoded.ok()) continue;  // a forged address is never dereferenced
+    if (!decoded.ok()) {  // a forged or stale address is never dereferenced
+      h.valid = false;
+      continue;
+    }
+    const uint64_t plane_stride = h.e.layer_stride / layout.num_planes;
     const uint64_t base = decoded->offset;
+    if (GvaIsSsd(h.e.gva)) ssd_hits.push_back(i);
     for (uint32_t l = 0; l < layout.num_layers; ++l) {
       for (uint32_t p = 0; p < layout.num_planes; ++p) {
         const uint64_t off = base + l * h.e.layer_stride + p * plane_stride;
@@ -77,10 +87,28 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
         }
       }
     }
+    if (GvaIsDram(h.e.gva) && options_.verify_checksums) {
+      h.checksum = BlockChecksum(dst, layout, h.key);
+    }
   }
   Status st;
   if (!ssd.empty()) {
-    st = ReadSsd(ssd, layout, options, &result);
+    StreamingChecksums sums(options_.verify_checksums ? ssd_hits.size() : 0);
+    auto on_layer = [&](uint32_t l) {
+      if (options_.verify_checksums) {
+        for (size_t j = 0; j < ssd_hits.size(); ++j) {
+          const uint32_t key = hits[ssd_hits[j]].key;
+          for (uint32_t p = 0; p < layout.num_planes; ++p) {
+            sums.Update(j, SliceAddress(dst, layout, key, l, p), sb);
+          }
+        }
+      }
+      if (options.on_layer) options.on_layer(l);
+    };
+    st = ReadSsd(ssd, layout, on_layer, &result);
+    if (st.ok() && options_.verify_checksums) {
+      for (size_t j = 0; j < ssd_hits.size(); ++j) hits[ssd_hits[j]].checksum = sums.Digest(j);
+    }
   } else if (options.on_layer) {
     for (uint32_t l = 0; l < layout.num_layers; ++l) options.on_layer(l);
   }
@@ -95,9 +123,9 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
   const uint64_t now = NowNs();
   for (const Hit& h : hits) {
     ScopeSlot& s = scopes_[h.e.scope_id];
-    bool ok = s.generation() == h.e.scope_gen;
+    bool ok = h.valid && s.generation() == h.e.scope_gen;
     if (ok && options_.verify_checksums) {
-      if (BlockChecksum(dst, layout, h.key) != h.e.checksum) {
+      if (h.checksum != h.e.checksum) {
         ok = false;
         result.corrupt++;
       }
@@ -130,13 +158,10 @@ namespace flatcake {
 // SSD slices go through the restore pipeline: coalesced, layer-ordered reads in a bounded staging
 // window, with per-layer completion forwarded to the caller.
 Status FlatStore::ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout,
-                          const GetOptions& options, GetResult* result) {
-  LayerCallback cb;
-  if (options.on_layer) {
-    cb = [&options](uint32_t layer, const Status& st) {
-      if (st.ok()) options.on_layer(layer);
-    };
-  }
+                          const std::function<void(uint32_t)>& on_layer, GetResult* result) {
+  LayerCallback cb = [&on_layer](uint32_t layer, const Status& st) {
+    if (st.ok()) on_layer(layer);
+  };
   FC_ASSIGN_OR_RETURN(auto handle, restore_->Start(slices, layout.num_layers, std::move(cb)));
   Status st = handle->Wait();
   const RestoreStats rs = handle->stats();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <vector>
@@ -28,6 +29,37 @@ class StagingBuffer {
 
  private:
   uint8_t* data_;
+};
+
+// A free list of equally sized staging buffers. Fresh pages are expensive to fault in (tens of
+// microseconds each in a VM), so buffers are kept and reused across writes instead of being
+// allocated per segment. Thread-safe.
+class StagingPool {
+ public:
+  explicit StagingPool(uint64_t buffer_bytes) : bytes_(buffer_bytes) {}
+  uint64_t buffer_bytes() const { return bytes_; }
+  // Returns a buffer (null data() if memory is exhausted).
+  std::unique_ptr<StagingBuffer> Acquire() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_.empty()) {
+        auto b = std::move(free_.back());
+        free_.pop_back();
+        return b;
+      }
+    }
+    return std::make_unique<StagingBuffer>(bytes_);
+  }
+  void Release(std::unique_ptr<StagingBuffer> b) {
+    if (!b || !b->data()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(std::move(b));
+  }
+
+ private:
+  const uint64_t bytes_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<StagingBuffer>> free_;
 };
 
 // Tracks asynchronously submitted ops by tag (tags 0, 1, 2, ... in submission order) so a caller

@@ -16,4 +16,21 @@ uint64_t BlockChecksum(const BlockBuffers& buffers, const KvLayout& layout, uint
   return XXH3_64bits_digest(&st);
 }
 
+struct StreamingChecksums::State {
+  XXH3_state_t xxh;
+};
+
+StreamingChecksums::StreamingChecksums(size_t blocks) : states_(new State[blocks]) {
+  for (size_t i = 0; i < blocks; ++i) XXH3_64bits_reset(&states_[i].xxh);
+}
+StreamingChecksums::~StreamingChecksums() = default;
+
+void StreamingChecksums::Update(size_t block, const void* data, uint64_t len) {
+  XXH3_64bits_update(&states_[block].xxh, data, len);
+}
+
+uint64_t StreamingChecksums::Digest(size_t block) const {
+  return XXH3_64bits_digest(&states_[block].xxh);
+}
+
 }  // namespace flatcake
