@@ -92,6 +92,7 @@ struct StoreStats {
   uint64_t hits = 0, misses = 0, checksum_mismatches = 0;
   uint64_t io_errors = 0;
   uint64_t index_capacity = 0, index_size = 0, index_tombstones = 0, index_compactions = 0;
+  uint64_t sessions = 0;  // sessions with at least one live scope
 };
 
 // What Open found and chose; printed by `flatcake info`.

@@ -248,7 +248,14 @@ Status FlatStore::PlaceBatch(const WriteHints& hints, std::span<const Key> keys,
     if (it != tails_.end()) name = it->second;
   }
   if (name.empty()) name = "anon-" + std::to_string(++anon_sessions_);
-  Session& s = sessions_[name];
+  auto session_it = sessions_.try_emplace(name).first;
+  Session& s = session_it->second;
+  // Reclamation below must not forget the session being placed (we hold a reference to it).
+  placing_session_ = &session_it->first;
+  struct ClearPlacing {
+    const std::string** p;
+    ~ClearPlacing() { *p = nullptr; }
+  } clear_placing{&placing_session_};
 
   PlacementInput in;
   in.shared_prefix = hints.shared_prefix;
@@ -478,6 +485,24 @@ void FlatStore::ReleaseScopeLocked(uint32_t id, uint32_t retired_gen) {
   for (const auto& [off, len] : s.dram_ranges) dram_->Free(off, len);
   for (uint32_t f : s.files) ssd_->FreeFile(f);
   for (const Key& k : s.keys) index_->Erase(k, id, retired_gen);
+  // Forget the session once none of its scopes is left, so session metadata does not outlive
+  // the data (anonymous one-batch sessions would otherwise accumulate forever).
+  auto it = sessions_.find(s.session);
+  if (it != sessions_.end() && placing_session_ != &it->first) {
+    Session& sess = it->second;
+    const int mi = static_cast<int>(s.medium);
+    if (sess.scope[mi] == id && sess.scope_gen[mi] == retired_gen) sess.scope[mi] = UINT32_MAX;
+    auto alive = [&](int m) {
+      const uint32_t sid = sess.scope[m];
+      return sid != UINT32_MAX && scopes_[sid].live() &&
+             scopes_[sid].generation() == sess.scope_gen[m];
+    };
+    if (!alive(0) && !alive(1)) {
+      if (sess.has_tail) tails_.erase(sess.tail);
+      sessions_.erase(it);
+    }
+  }
+  s.session.clear();
   s.dram_ranges.clear();
   s.files.clear();
   s.segments.clear();
@@ -532,6 +557,7 @@ void FlatStore::Clear() {
 StoreStats FlatStore::GetStats() const {
   StoreStats st;
   std::lock_guard<std::mutex> lock(mu_);
+  st.sessions = sessions_.size();
   for (MediaType m : {MediaType::kDram, MediaType::kSsd}) {
     const MediumCounters& c = media_[static_cast<int>(m)];
     MediumStats& ms = m == MediaType::kDram ? st.dram : st.ssd;

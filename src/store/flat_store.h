@@ -123,6 +123,7 @@ class FlatStore final : public Store {
   std::unordered_map<Key, std::string, KeyHash> tails_;  // chain tail -> session
   std::vector<uint32_t> free_scopes_;                    // slot ids, LIFO
   uint64_t anon_sessions_ = 0;
+  const std::string* placing_session_ = nullptr;  // session PlaceBatch is working on (under mu_)
 
   MediumCounters media_[2];
   std::atomic<uint64_t> puts_{0}, gets_{0}, exists_{0}, blocks_written_{0}, blocks_present_{0},
