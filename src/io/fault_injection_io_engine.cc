@@ -7,10 +7,12 @@ namespace flatcake {
 namespace {
 
 // Completes a shortened op: passes a real error through, otherwise replaces success with the
-// injected fault. Deletes itself after its single completion.
+// injected fault. Deletes itself after its single completion. For a vectored op it also owns the
+// truncated iovec list the shortened op points at, which must outlive the op.
 class ShortOpSink : public IoCompletionSink {
  public:
   ShortOpSink(IoCompletionSink* user, Status fault) : user_(user), fault_(std::move(fault)) {}
+  std::vector<iovec> iov;
   void OnIoComplete(uint64_t tag, const Status& status) override {
     IoCompletionSink* user = user_;
     Status out = status.ok() ? fault_ : status;
@@ -100,6 +102,10 @@ void FaultInjectionIoEngine::Submit(std::span<const IoOp> ops, IoCompletionSink*
       pass.push_back(op);
       continue;
     }
+    if (Status bad = CheckIoVecs(op); !bad.ok()) {
+      sink->OnIoComplete(op.tag, bad);
+      continue;
+    }
     if (fault->kind == FaultSpec::Kind::kError) {
       sink->OnIoComplete(op.tag, IoErrnoStatus(op, 0, fault->err));
       continue;
@@ -114,7 +120,14 @@ void FaultInjectionIoEngine::Submit(std::span<const IoOp> ops, IoCompletionSink*
     }
     IoOp head = op;
     head.len = prefix;
-    base_->Submit(std::span<const IoOp>(&head, 1), new ShortOpSink(sink, std::move(injected)));
+    auto* short_sink = new ShortOpSink(sink, std::move(injected));
+    if (op.vectored()) {
+      // The same list cut after `prefix` bytes: the prefix lands in the iovecs it belongs to.
+      short_sink->iov.resize(op.iovcnt);
+      head.iovcnt = IoVecRemainder(op, 0, prefix, short_sink->iov.data(), op.iovcnt);
+      head.iov = short_sink->iov.data();
+    }
+    base_->Submit(std::span<const IoOp>(&head, 1), short_sink);
   }
   if (!pass.empty()) base_->Submit(pass, sink);
 }

@@ -8,7 +8,9 @@
 //   - kShort: the first `prefix_bytes` (default: half, rounded down to 4 KiB) are really
 //             transferred through the wrapped engine, then a read reports "unexpected end of file"
 //             (the remainder came back as 0 bytes) and a write reports `err` (a torn write).
-// Error messages carry the file index and offset, like the real engines' messages.
+// Error messages carry the file index and offset, like the real engines' messages. Vectored ops
+// (IoOp::iov) are picked and faulted the same way: a short one moves its first prefix_bytes into
+// the iovecs they belong to, and nothing past them.
 //
 // Thread safety: Submit may be called concurrently; specs and counters are guarded by mu_. Spec
 // changes apply to ops submitted afterwards.

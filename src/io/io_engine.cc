@@ -1,5 +1,6 @@
 #include "io/io_engine.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -53,6 +54,37 @@ Status IoEofStatus(const IoOp& op, uint64_t done) {
 Status IoBadFileStatus(const IoOp& op, size_t file_count) {
   return Status::InvalidArgument(Describe(op, 0) + ": file index not registered (" +
                                  std::to_string(file_count) + " files)");
+}
+
+Status CheckIoVecs(const IoOp& op) {
+  if (!op.vectored()) return Status::OK();
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < op.iovcnt; ++i) sum += op.iov[i].iov_len;
+  if (sum == op.len && (op.iovcnt > 0 || op.len == 0)) return Status::OK();
+  return Status::InvalidArgument(Describe(op, 0) + ": iovec lengths sum to " + std::to_string(sum) +
+                                 " over " + std::to_string(op.iovcnt) + " entries");
+}
+
+uint32_t IoVecRemainder(const IoOp& op, uint64_t done, uint64_t max_bytes, iovec* out,
+                        uint32_t max_out) {
+  uint32_t i = 0;
+  uint64_t skip = done;
+  while (i < op.iovcnt && skip >= op.iov[i].iov_len) {
+    skip -= op.iov[i].iov_len;
+    ++i;
+  }
+  uint32_t n = 0;
+  uint64_t total = 0;
+  for (; i < op.iovcnt && n < max_out && total < max_bytes; ++i) {
+    const uint64_t avail = op.iov[i].iov_len - skip;
+    if (avail > 0) {
+      const uint64_t take = std::min(avail, max_bytes - total);
+      out[n++] = iovec{static_cast<uint8_t*>(op.iov[i].iov_base) + skip, take};
+      total += take;
+    }
+    skip = 0;
+  }
+  return n;
 }
 
 Status ExecuteSync(IoEngine& engine, std::span<const IoOp> ops) {

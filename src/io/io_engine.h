@@ -17,9 +17,16 @@
 //    Short transfers are resubmitted for the remainder; a transfer of 0 bytes before the end of
 //    the requested range is reported as an IOError ("unexpected end of file").
 //  - Files opened O_DIRECT need 4 KiB aligned offset, length and buffer; the engine does not
-//    check this (the store guarantees it), the kernel returns EINVAL otherwise.
+//    check this (the store guarantees it), the kernel returns EINVAL otherwise. For a vectored op
+//    (IoOp::iov set) that holds for every iovec's base and length.
+//  - A vectored op moves len bytes from/to its iovec list in order, as one preadv/pwritev
+//    (IORING_OP_READV/WRITEV) where possible; lists longer than kMaxIoVecs, or transfers cut short,
+//    continue from the first byte not yet moved, like any short transfer. An iovec list whose
+//    lengths do not add up to len fails the op with InvalidArgument.
 //  - Thread safety: Submit may be called concurrently from many threads.
 #pragma once
+
+#include <sys/uio.h>
 
 #include <cstdint>
 #include <memory>
@@ -33,13 +40,23 @@ namespace flatcake {
 
 enum class IoOpcode : uint8_t { kRead, kWrite };
 
+// Most iovecs one system call or SQE takes (Linux's IOV_MAX / UIO_MAXIOV).
+inline constexpr uint32_t kMaxIoVecs = 1024;
+
 struct IoOp {
   IoOpcode opcode = IoOpcode::kRead;
   uint32_t file = 0;    // index into the registered file table
   uint64_t offset = 0;  // byte offset in the file
-  void* buf = nullptr;  // source (write) or destination (read)
-  uint64_t len = 0;     // bytes
+  void* buf = nullptr;  // source (write) or destination (read); for a vectored op, iov[0]'s base
+  uint64_t len = 0;     // bytes; for a vectored op, the sum of the iovec lengths
   uint64_t tag = 0;     // caller cookie passed back to the sink
+  // Optional scatter/gather list: when set, the op transfers [offset, offset + len) from/to these
+  // buffers in order instead of `buf`. The array is owned by the caller and must stay valid and
+  // unchanged until the op completes (engines may hand it to the kernel as is).
+  const iovec* iov = nullptr;
+  uint32_t iovcnt = 0;
+
+  bool vectored() const { return iov != nullptr; }
 };
 
 class IoCompletionSink {
@@ -82,6 +99,14 @@ class IoEngine {
 Status IoErrnoStatus(const IoOp& op, uint64_t done, int err);
 Status IoEofStatus(const IoOp& op, uint64_t done);          // 0 bytes before the end: IOError
 Status IoBadFileStatus(const IoOp& op, size_t file_count);  // file index not registered
+// OK for a plain op; for a vectored op, InvalidArgument unless its iovec lengths sum to len.
+Status CheckIoVecs(const IoOp& op);
+
+// The part of vectored op `op` that starts `done` bytes in: writes at most `max_out` iovecs
+// covering at most `max_bytes` bytes into `out` and returns how many (0 when nothing is left).
+// Zero-length entries are dropped. Engines use it to continue short transfers mid-list.
+uint32_t IoVecRemainder(const IoOp& op, uint64_t done, uint64_t max_bytes, iovec* out,
+                        uint32_t max_out);
 
 // Submits `ops` and waits for all of them. Returns OK or the first error seen (with the file and
 // offset in its message).

@@ -4,10 +4,46 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <vector>
 
 namespace flatcake {
 
+namespace {
+
+// The vectored form of TransferSync: preadv/pwritev over the op's iovec list, continuing a short
+// transfer from the iovec (and byte within it) where it stopped.
+Status TransferVectored(int fd, const IoOp& op, uint64_t cap) {
+  FC_RETURN_IF_ERROR(CheckIoVecs(op));
+  std::vector<iovec> rest;  // only for continuations and over-long lists
+  uint64_t done = 0;
+  while (done < op.len) {
+    const iovec* v = op.iov;
+    uint32_t cnt = op.iovcnt;
+    if (done > 0 || cnt > kMaxIoVecs || op.len > cap) {
+      rest.resize(std::min(op.iovcnt, kMaxIoVecs));
+      cnt = IoVecRemainder(op, done, cap, rest.data(), static_cast<uint32_t>(rest.size()));
+      v = rest.data();
+    }
+    const off_t off = static_cast<off_t>(op.offset + done);
+    const ssize_t r = op.opcode == IoOpcode::kRead ? ::preadv(fd, v, static_cast<int>(cnt), off)
+                                                   : ::pwritev(fd, v, static_cast<int>(cnt), off);
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return IoErrnoStatus(op, done, errno);
+    }
+    if (r == 0) {
+      if (op.opcode == IoOpcode::kWrite) return IoErrnoStatus(op, done, ENOSPC);
+      return IoEofStatus(op, done);
+    }
+    done += static_cast<uint64_t>(r);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status TransferSync(int fd, const IoOp& op, uint64_t max_chunk) {
+  if (op.vectored()) return TransferVectored(fd, op, max_chunk == 0 ? (1ull << 30) : max_chunk);
   auto* p = static_cast<uint8_t*>(op.buf);
   uint64_t done = 0;
   // Linux moves at most ~2 GiB per call anyway; capping keeps the size_t arithmetic obvious.

@@ -18,7 +18,8 @@ namespace flatcake {
 
 // Performs one op on `fd` with pread/pwrite, looping on short transfers (and EINTR) until the
 // whole length moved. Each system call moves at most `max_chunk` bytes (0 = no cap), which tests
-// use to exercise the short-transfer path. 0 bytes before the end -> IoEofStatus.
+// use to exercise the short-transfer path. 0 bytes before the end -> IoEofStatus. A vectored op
+// moves with preadv/pwritev (at most kMaxIoVecs entries per call).
 Status TransferSync(int fd, const IoOp& op, uint64_t max_chunk = 0);
 
 class PosixIoEngine : public IoEngine {

@@ -69,9 +69,10 @@ void PreadvIoEngine::Run() {
       while (!queue_.empty() && batch.size() < kMaxGatherOps) {
         const IoOp& prev = batch.back().op;
         const IoOp& next = queue_.front().op;
-        if (prev.len == 0 || next.len == 0 || next.opcode != prev.opcode ||
-            next.file != prev.file || next.offset != prev.offset + prev.len ||
-            bytes + next.len > kMaxGatherBytes) {
+        // A vectored op is already one gathered call of its own.
+        if (prev.len == 0 || next.len == 0 || prev.vectored() || next.vectored() ||
+            next.opcode != prev.opcode || next.file != prev.file ||
+            next.offset != prev.offset + prev.len || bytes + next.len > kMaxGatherBytes) {
           break;
         }
         bytes += next.len;

@@ -2,7 +2,8 @@
 // is unavailable. Each thread has one system call in flight, so the pool's device queue depth is
 // its thread count. A thread that dequeues an op also takes the queued ops that continue it in the
 // same file (same direction, contiguous offsets, small total) and moves them with one vectored
-// call, which is what preadv buys over pread.
+// call, which is what preadv buys over pread. A vectored op (IoOp::iov) is moved with
+// preadv/pwritev over its own iovec list and never gathered with others.
 //
 // Thread safety: Submit may be called concurrently from any thread (including completion
 // callbacks); the queue is guarded by mu_. The file table is set once by RegisterFiles before any

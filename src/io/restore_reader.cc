@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -13,6 +14,7 @@ namespace {
 constexpr uint64_t kNone = ~0ull;
 constexpr uint64_t kStagingAlign = 4096;       // O_DIRECT buffer alignment
 constexpr uint64_t kWindowAlign = 2ull << 20;  // lets the kernel back the window with huge pages
+constexpr uint64_t kMaxDiscard = 1ull << 20;   // larger gaps take several discard iovecs
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -60,11 +62,28 @@ RestoreStats RestoreHandle::stats() const {
   s.bytes_gap = plan_.bytes_gap;
   s.direct_reads = direct_.load(std::memory_order_relaxed);
   s.scattered_reads = scattered_.load(std::memory_order_relaxed);
+  s.vectored_reads = vectored_.load(std::memory_order_relaxed);
+  s.vectored_ops = vectored_ops_.load(std::memory_order_relaxed);
   return s;
 }
 
 void RestoreHandle::OnIoComplete(uint64_t tag, const Status& status) {
-  CompleteRead(static_cast<uint32_t>(tag), status);
+  const auto idx = static_cast<uint32_t>(tag);
+  ReadState& rs = reads_[idx];
+  if (rs.ops > 1) {
+    // A split vectored read lands when its last op does, with the first error of any of them:
+    // until then other ops may still be writing into the destinations.
+    Status combined;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!status.ok() && rs.op_error.ok()) rs.op_error = status;
+      if (--rs.ops_left > 0) return;
+      combined = rs.op_error;
+    }
+    CompleteRead(idx, combined);
+    return;
+  }
+  CompleteRead(idx, status);
 }
 
 void RestoreHandle::CompleteRead(uint32_t idx, const Status& status) {
@@ -72,15 +91,16 @@ void RestoreHandle::CompleteRead(uint32_t idx, const Status& status) {
   const ReadState& rs = reads_[idx];
   uint64_t delivered = 0;
   if (status.ok()) {
-    if (rs.direct) {
+    if (rs.mode == Mode::kDirect) {
       delivered = r.len;
     } else {
+      const bool copy = rs.mode == Mode::kScattered;
       for (uint32_t k = r.first_slice; k < r.first_slice + r.slice_count; ++k) {
         const SliceRead& s = plan_.slices[k];
         uint64_t lo, hi;
         Intersect(s, r, &lo, &hi);
         if (lo >= hi) continue;
-        std::memcpy(s.dest + (lo - s.offset), rs.buf + (lo - r.offset), hi - lo);
+        if (copy) std::memcpy(s.dest + (lo - s.offset), rs.buf + (lo - r.offset), hi - lo);
         delivered += hi - lo;
       }
     }
@@ -147,9 +167,59 @@ void RestoreHandle::ReportLayers() {
 RestoreReader::RestoreReader(IoEngine& engine, const RestoreOptions& options)
     : engine_(engine), options_(options), coalesce_(options.coalesce) {}
 
+bool RestoreReader::BuildVectored(const CoalescePlan& p, const MergedRead& r,
+                                  std::vector<iovec>* iov) const {
+  const size_t mark = iov->size();
+  const uint64_t a = options_.vector_alignment;
+  bool last_is_slice = false;  // the last entry is a destination (may be extended), not discard
+  auto discard = [&](uint64_t n) {
+    if (n % a != 0 || discard_ == nullptr) return false;
+    for (; n > 0; n -= std::min(n, discard_bytes_)) {
+      iov->push_back(iovec{discard_, std::min(n, discard_bytes_)});
+    }
+    last_is_slice = false;
+    return true;
+  };
+  auto fail = [&] {
+    iov->resize(mark);
+    return false;
+  };
+  uint64_t pos = r.offset;
+  for (uint32_t k = r.first_slice; k < r.first_slice + r.slice_count; ++k) {
+    const SliceRead& s = p.slices[k];
+    uint64_t lo, hi;
+    Intersect(s, r, &lo, &hi);
+    if (lo >= hi) continue;
+    if (lo < pos) return fail();  // overlapping slices: only a copy can serve both
+    if (lo > pos && !discard(lo - pos)) return fail();
+    uint8_t* dest = s.dest + (lo - s.offset);
+    const uint64_t n = hi - lo;
+    if (reinterpret_cast<uintptr_t>(dest) % a != 0 || n % a != 0) return fail();
+    if (last_is_slice &&
+        static_cast<uint8_t*>(iov->back().iov_base) + iov->back().iov_len == dest) {
+      iov->back().iov_len += n;  // destinations that happen to continue each other: one entry
+    } else {
+      iov->push_back(iovec{dest, n});
+    }
+    last_is_slice = true;
+    pos = hi;
+  }
+  if (pos < r.offset + r.len && !discard(r.offset + r.len - pos)) return fail();
+  return true;
+}
+
 Result<std::unique_ptr<RestoreReader>> RestoreReader::Create(IoEngine& engine,
                                                              const RestoreOptions& options) {
   FC_RETURN_IF_ERROR(ValidateCoalesceOptions(options.coalesce));
+  if (options.vector_alignment == 0 || !std::has_single_bit(options.vector_alignment)) {
+    return Status::InvalidArgument("restore: vector_alignment must be a power of two, got " +
+                                   std::to_string(options.vector_alignment));
+  }
+  if (options.max_iovecs == 0 || options.max_iovecs > kMaxIoVecs) {
+    return Status::InvalidArgument("restore: max_iovecs must be in 1.." +
+                                   std::to_string(kMaxIoVecs) + ", got " +
+                                   std::to_string(options.max_iovecs));
+  }
   const uint64_t align = std::max(options.coalesce.alignment, kStagingAlign);
   if (options.window_bytes < align) {
     return Status::InvalidArgument("restore window (" + std::to_string(options.window_bytes) +
@@ -170,6 +240,18 @@ Result<std::unique_ptr<RestoreReader>> RestoreReader::Create(IoEngine& engine,
   ::madvise(mem, reader->window_bytes_, MADV_HUGEPAGE);
   std::memset(mem, 0, reader->window_bytes_);  // fault the pages in now, not during restores
   reader->window_ = static_cast<uint8_t*>(mem);
+  if (options.allow_vectored) {
+    // Big enough for a bridged gap or an alignment widening in one entry, in the common case.
+    const uint64_t discard_align = std::max(options.vector_alignment, kStagingAlign);
+    const uint64_t want = std::max(options.coalesce.max_gap, options.coalesce.alignment);
+    reader->discard_bytes_ = AlignUp(std::min(want, kMaxDiscard), discard_align);
+    void* d = nullptr;
+    if (::posix_memalign(&d, discard_align, reader->discard_bytes_) != 0) {
+      return Status::NoSpace("cannot allocate the restore discard buffer");
+    }
+    std::memset(d, 0, reader->discard_bytes_);
+    reader->discard_ = static_cast<uint8_t*>(d);
+  }
   if (options.register_window) {
     IoBufferRegion region{reader->window_, reader->window_bytes_};
     reader->window_registered_ = engine.RegisterBuffers({&region, 1}).ok();
@@ -191,6 +273,7 @@ RestoreReader::~RestoreReader() {
     engine_.UnregisterBuffers({&region, 1});
   }
   std::free(window_);
+  std::free(discard_);
 }
 
 Result<std::shared_ptr<RestoreHandle>> RestoreReader::Start(std::span<const SliceRead> slices,
@@ -215,6 +298,7 @@ Result<std::shared_ptr<RestoreHandle>> RestoreReader::Start(std::span<const Slic
   // Per read: the earliest layer it serves (issue order) and whether it can land in place.
   const size_t n = p.reads.size();
   h->reads_.resize(n);
+  if (options_.allow_vectored) h->iov_.reserve(p.slices.size() + n);
   std::vector<uint32_t> min_layer(n);
   const uint64_t align = std::max(coalesce_.alignment, kStagingAlign);
   for (size_t i = 0; i < n; ++i) {
@@ -242,9 +326,20 @@ Result<std::shared_ptr<RestoreHandle>> RestoreReader::Start(std::span<const Slic
     }
     direct = direct && expect_off == r.offset + r.len;
     min_layer[i] = ml;
-    h->reads_[i].direct = direct;
-    if (direct)
-      h->reads_[i].buf = p.slices[r.first_slice].dest + (r.offset - p.slices[r.first_slice].offset);
+    RestoreHandle::ReadState& rs = h->reads_[i];
+    if (direct) {
+      rs.mode = RestoreHandle::Mode::kDirect;
+      rs.buf = p.slices[r.first_slice].dest + (r.offset - p.slices[r.first_slice].offset);
+    } else if (options_.allow_vectored) {
+      const size_t first = h->iov_.size();
+      if (BuildVectored(p, r, &h->iov_)) {
+        rs.mode = RestoreHandle::Mode::kVectored;
+        rs.iov_first = static_cast<uint32_t>(first);
+        rs.iov_count = static_cast<uint32_t>(h->iov_.size() - first);
+        rs.ops = (rs.iov_count + options_.max_iovecs - 1) / options_.max_iovecs;
+        rs.ops_left = rs.ops;
+      }
+    }
   }
   h->issue_order_.resize(n);
   for (uint32_t i = 0; i < n; ++i) h->issue_order_[i] = i;
@@ -294,7 +389,7 @@ uint64_t RestoreReader::RingAllocate(uint64_t len) {
 void RestoreReader::Release(const RestoreHandle::ReadState& read, uint64_t len) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!read.issued) return;  // skipped after an error: it never took any budget
-  if (read.direct) {
+  if (read.mode != RestoreHandle::Mode::kScattered) {
     direct_inflight_ -= std::min(direct_inflight_, len);
   } else if (read.ring_pos != kNone) {
     auto it = std::lower_bound(ring_.begin(), ring_.end(), read.ring_pos,
@@ -316,8 +411,29 @@ void RestoreReader::HandleDone(const RestoreStats& s) {
   totals_.bytes_gap += s.bytes_gap;
   totals_.direct_reads += s.direct_reads;
   totals_.scattered_reads += s.scattered_reads;
+  totals_.vectored_reads += s.vectored_reads;
+  totals_.vectored_ops += s.vectored_ops;
   --active_;
   cv_.notify_all();
+}
+
+void RestoreReader::AppendVectoredOps(RestoreHandle& h, uint32_t idx, std::vector<IoOp>* batch) {
+  const MergedRead& r = h.plan_.reads[idx];
+  const RestoreHandle::ReadState& rs = h.reads_[idx];
+  uint64_t offset = r.offset;
+  for (uint32_t k = 0; k < rs.iov_count; k += options_.max_iovecs) {
+    const iovec* v = &h.iov_[rs.iov_first + k];
+    const uint32_t cnt = std::min(options_.max_iovecs, rs.iov_count - k);
+    uint64_t len = 0;
+    for (uint32_t j = 0; j < cnt; ++j) len += v[j].iov_len;
+    IoOp op{IoOpcode::kRead, r.file, offset, v[0].iov_base, len, idx};
+    op.iov = v;
+    op.iovcnt = cnt;
+    batch->push_back(op);
+    offset += len;
+  }
+  h.vectored_.fetch_add(1, std::memory_order_relaxed);
+  h.vectored_ops_.fetch_add(rs.ops, std::memory_order_relaxed);
 }
 
 void RestoreReader::IssueLoop() {
@@ -342,10 +458,10 @@ void RestoreReader::IssueLoop() {
         }
         const MergedRead& r = p.reads[idx];
         RestoreHandle::ReadState& rs = h->reads_[idx];
-        if (rs.direct) {
+        if (rs.mode != RestoreHandle::Mode::kScattered) {
+          // In place: no window space, but the same budget of bytes in flight.
           if (direct_inflight_ > 0 && direct_inflight_ + r.len > window_bytes_) break;
           direct_inflight_ += r.len;
-          h->direct_.fetch_add(1, std::memory_order_relaxed);
         } else {
           const uint64_t pos = RingAllocate(AlignUp(r.len, kStagingAlign));
           if (pos == kNone) break;
@@ -354,7 +470,14 @@ void RestoreReader::IssueLoop() {
           h->scattered_.fetch_add(1, std::memory_order_relaxed);
         }
         rs.issued = true;
-        batch.push_back(IoOp{IoOpcode::kRead, r.file, r.offset, rs.buf, r.len, idx});
+        if (rs.mode == RestoreHandle::Mode::kVectored) {
+          AppendVectoredOps(*h, idx, &batch);
+        } else {
+          if (rs.mode == RestoreHandle::Mode::kDirect) {
+            h->direct_.fetch_add(1, std::memory_order_relaxed);
+          }
+          batch.push_back(IoOp{IoOpcode::kRead, r.file, r.offset, rs.buf, r.len, idx});
+        }
         ++h->next_issue_;
       }
       if (h->next_issue_ == h->issue_order_.size()) {

@@ -3,6 +3,12 @@
 // an IoEngine with a bounded number of bytes in flight, earliest layers first, and lands the data:
 //   - a read that maps exactly onto one contiguous, aligned destination span is read straight into
 //     it ("direct");
+//   - a read whose slices each land in a destination whose address and length are multiples of
+//     vector_alignment (typically block-contiguous buffers restored from a layer-major file) is
+//     read with vectored ops whose iovecs point straight at the destinations ("vectored"); bytes
+//     the read covers but no slice wants (gaps, alignment widening) go to a shared discard buffer,
+//     so they must be whole multiples of vector_alignment too. A read with more than max_iovecs
+//     entries is split into several ops at entry boundaries;
 //   - any other read lands in the staging window and its slices are copied out ("scattered").
 // Completion is reported per layer: RestoreHandle::WaitLayer(l) blocks until every byte of layer l
 // has landed (or failed), and an optional callback is invoked once per layer, in layer order, so a
@@ -11,8 +17,9 @@
 // Memory: one staging window of `window_bytes`, allocated aligned once per reader, pre-faulted and
 // registered with the engine (io_uring fixed buffers where the engine supports it). Staged reads
 // allocate from it in issue order (a ring; a region is reused once every earlier region is freed);
-// direct reads do not use it but are held to the same byte budget. When the window is full the
-// issuer waits for completions: backpressure delays, it never aborts a restore.
+// direct and vectored reads do not use it but are held to the same byte budget. The discard
+// buffer of vectored reads is written concurrently by many reads and never read. When the window is
+// full the issuer waits for completions: backpressure delays, it never aborts a restore.
 //
 // Thread safety: Start may be called from any thread; concurrent restores share the window and are
 // issued in Start order. One internal thread issues reads; the engine's threads complete them and
@@ -41,15 +48,22 @@ struct RestoreOptions {
   CoalesceOptions coalesce;             // max_io is lowered to the window when larger
   bool register_window = true;          // offer the window to the engine as a fixed buffer
   bool allow_direct = true;             // read into destinations when they line up
+  bool allow_vectored = true;           // one vectored read into several aligned destinations
+  // Alignment every iovec base and length of a vectored read must have: 4096 for O_DIRECT files
+  // (the strictest logical block size in use), 1 where every file is buffered. Power of two.
+  uint64_t vector_alignment = 4096;
+  uint32_t max_iovecs = kMaxIoVecs;  // entries per vectored op; 1..kMaxIoVecs
 };
 
 struct RestoreStats {
-  uint64_t reads_issued = 0;
+  uint64_t reads_issued = 0;     // engine read ops submitted (a split vectored read counts each op)
   uint64_t bytes_read = 0;       // bytes transferred from the files (including gaps, alignment)
   uint64_t bytes_delivered = 0;  // slice bytes landed in their destinations
   uint64_t bytes_gap = 0;        // unrequested bytes bridged between slices
   uint64_t direct_reads = 0;
   uint64_t scattered_reads = 0;
+  uint64_t vectored_reads = 0;  // merged reads landed by vectored ops, without a copy
+  uint64_t vectored_ops = 0;    // their ops (more than vectored_reads where a read was split)
 };
 
 using LayerCallback = std::function<void(uint32_t layer, const Status& status)>;
@@ -72,11 +86,17 @@ class RestoreHandle : public IoCompletionSink {
 
  private:
   friend class RestoreReader;
+  enum class Mode : uint8_t { kScattered, kDirect, kVectored };
   struct ReadState {
-    uint8_t* buf = nullptr;     // destination of the engine read
+    uint8_t* buf = nullptr;     // destination of the engine read (direct, scattered)
     uint64_t ring_pos = ~0ull;  // staging allocation (absolute ring position), ~0 when none
-    bool direct = false;
-    bool issued = false;  // holds window space or direct budget until it completes
+    Mode mode = Mode::kScattered;
+    bool issued = false;     // holds window space or in-flight budget until it completes
+    uint32_t iov_first = 0;  // vectored: its entries are iov_[iov_first, iov_first + iov_count)
+    uint32_t iov_count = 0;
+    uint32_t ops = 1;       // engine ops the read is issued as
+    uint32_t ops_left = 1;  // GUARDED_BY(mu_) when ops > 1: ops not yet completed
+    Status op_error;        // GUARDED_BY(mu_): first error among the read's ops
   };
   RestoreHandle(RestoreReader* reader, CoalescePlan plan, uint32_t num_layers, LayerCallback cb);
 
@@ -89,6 +109,7 @@ class RestoreHandle : public IoCompletionSink {
   const uint32_t num_layers_;
   const LayerCallback on_layer_;
   std::vector<ReadState> reads_;
+  std::vector<iovec> iov_;  // iovec lists of the vectored reads; fixed once Start returns
   std::vector<uint32_t> issue_order_;  // read indices, earliest layer first
   size_t next_issue_ = 0;              // issuer thread only
   std::atomic<bool> failed_{false};
@@ -105,7 +126,7 @@ class RestoreHandle : public IoCompletionSink {
   std::mutex report_mu_;                      // serialises callbacks so they run in layer order
 
   std::atomic<uint64_t> reads_issued_{0}, bytes_read_{0}, bytes_delivered_{0}, direct_{0},
-      scattered_{0};
+      scattered_{0}, vectored_{0}, vectored_ops_{0};
 };
 
 class RestoreReader {
@@ -137,6 +158,11 @@ class RestoreReader {
   RestoreReader(IoEngine& engine, const RestoreOptions& options);
 
   void IssueLoop();
+  // Appends read `r`'s iovec list to `*iov` and returns true when every part of it can be read
+  // in place (see the header comment); otherwise leaves `*iov` as it was and returns false.
+  bool BuildVectored(const CoalescePlan& p, const MergedRead& r, std::vector<iovec>* iov) const;
+  // Appends the ops of vectored read `idx` (max_iovecs entries each) to `*batch`.
+  void AppendVectoredOps(RestoreHandle& h, uint32_t idx, std::vector<IoOp>* batch);
   // Staging ring: returns the absolute position of `len` bytes, or ~0 when they do not fit now.
   uint64_t RingAllocate(uint64_t len);  // REQUIRES: mu_ held
   void Release(const RestoreHandle::ReadState& read, uint64_t len);
@@ -148,6 +174,8 @@ class RestoreReader {
   uint64_t window_bytes_ = 0;
   uint8_t* window_ = nullptr;
   bool window_registered_ = false;
+  uint8_t* discard_ = nullptr;  // sink for unwanted bytes of vectored reads; null when disabled
+  uint64_t discard_bytes_ = 0;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;  // window space freed, work queued, handle finished

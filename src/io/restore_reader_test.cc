@@ -285,6 +285,273 @@ TEST_P(RestoreTest, EmptyLayersAndBadInput) {
   EXPECT_TRUE(RestoreReader::Create(*engine_, RestoreOptions{100}).status().IsInvalidArgument());
 }
 
+// A session as the store lays it out on SSD: file offset ((l * planes + p) * blocks + b) * slice
+// (layer-major), restored into block-contiguous destinations [block][layer][plane].
+std::vector<SliceRead> LayerMajorSession(uint32_t file, uint64_t file_base, uint32_t layers,
+                                         uint32_t planes, uint32_t blocks, uint64_t slice,
+                                         uint8_t* dest) {
+  std::vector<SliceRead> slices;
+  const uint64_t block_bytes = uint64_t{layers} * planes * slice;
+  for (uint32_t l = 0; l < layers; ++l) {
+    for (uint32_t p = 0; p < planes; ++p) {
+      for (uint32_t b = 0; b < blocks; ++b) {
+        const uint64_t off = file_base + ((uint64_t{l} * planes + p) * blocks + b) * slice;
+        uint8_t* out = dest + b * block_bytes + (uint64_t{l} * planes + p) * slice;
+        slices.push_back(SliceRead{file, off, slice, out, l});
+      }
+    }
+  }
+  return slices;
+}
+
+TEST_P(RestoreTest, BlockContiguousDestinationsOfLayerMajorFileAreReadVectored) {
+  const uint32_t layers = 4, planes = 2, blocks = 32;
+  const uint64_t slice = 16384, total = uint64_t{layers} * planes * blocks * slice;
+  auto dest = AllocAligned(total);
+  std::memset(dest.get(), 0, total);
+  auto slices = LayerMajorSession(1, 0, layers, planes, blocks, slice, dest.get());
+  std::shuffle(slices.begin(), slices.end(), std::mt19937_64(9));
+  auto reader = Reader(1 << 20);
+  std::vector<uint32_t> order;
+  auto h = reader->Start(slices, 0, [&](uint32_t l, const Status& s) {
+    EXPECT_TRUE(s.ok());
+    order.push_back(l);
+  });
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE((*h)->Wait().ok());
+  EXPECT_EQ(Mismatches(slices), 0u);
+  EXPECT_EQ(order, (std::vector<uint32_t>{0, 1, 2, 3}));
+  const RestoreStats st = reader->stats();
+  EXPECT_EQ(st.vectored_reads, total / (1 << 20));  // one per window-sized read
+  EXPECT_EQ(st.vectored_ops, st.vectored_reads);
+  EXPECT_EQ(st.scattered_reads, 0u);
+  EXPECT_EQ(st.direct_reads, 0u);
+  EXPECT_EQ(st.reads_issued, st.vectored_ops);
+  EXPECT_EQ(st.bytes_read, total);
+  EXPECT_EQ(st.bytes_delivered, total);
+  if (auto* uring = dynamic_cast<UringIoEngine*>(engine_.get())) {
+    EXPECT_GE(uring->stats().vectored_sqes, st.vectored_ops);
+  }
+
+  // The same restore with vectored reads disabled takes the staging path.
+  RestoreOptions o;
+  o.window_bytes = 1 << 20;
+  o.allow_vectored = false;
+  auto staged = RestoreReader::Create(*engine_, o);
+  ASSERT_TRUE(staged.ok());
+  std::memset(dest.get(), 0, total);
+  ASSERT_TRUE((*staged)->Restore(slices).ok());
+  EXPECT_EQ(Mismatches(slices), 0u);
+  EXPECT_EQ((*staged)->stats().vectored_reads, 0u);
+  EXPECT_EQ((*staged)->stats().scattered_reads, total / (1 << 20));
+}
+
+TEST_P(RestoreTest, VectoredReadsSplitAtIovMax) {
+  // 4 KiB slices in reversed destination order: the whole 8 MiB file is one merged read of 2048
+  // entries, issued as two ops of kMaxIoVecs entries.
+  const uint64_t slice = 4096, n = kFileBytes / slice;
+  auto dest = AllocAligned(kFileBytes);
+  std::vector<SliceRead> slices;
+  for (uint64_t i = 0; i < n; ++i) {
+    slices.push_back(SliceRead{0, i * slice, slice, dest.get() + (n - 1 - i) * slice, 0});
+  }
+  RestoreOptions o;
+  o.window_bytes = kFileBytes;
+  o.coalesce.max_io = kFileBytes;
+  auto made = RestoreReader::Create(*engine_, o);
+  ASSERT_TRUE(made.ok());
+  ASSERT_TRUE((*made)->Restore(slices).ok());
+  EXPECT_EQ(Mismatches(slices), 0u);
+  RestoreStats st = (*made)->stats();
+  EXPECT_EQ(st.vectored_reads, 1u);
+  EXPECT_EQ(st.vectored_ops, n / kMaxIoVecs);
+  EXPECT_EQ(st.reads_issued, n / kMaxIoVecs);
+  EXPECT_EQ(st.bytes_delivered, kFileBytes);
+
+  // A smaller cap splits further; an odd one leaves a short last op.
+  o.max_iovecs = 300;
+  auto small = RestoreReader::Create(*engine_, o);
+  ASSERT_TRUE(small.ok());
+  std::memset(dest.get(), 0, kFileBytes);
+  ASSERT_TRUE((*small)->Restore(slices).ok());
+  EXPECT_EQ(Mismatches(slices), 0u);
+  st = (*small)->stats();
+  EXPECT_EQ(st.vectored_reads, 1u);
+  EXPECT_EQ(st.vectored_ops, (n + 299) / 300);
+
+  o.max_iovecs = kMaxIoVecs + 1;
+  EXPECT_TRUE(RestoreReader::Create(*engine_, o).status().IsInvalidArgument());
+  o.max_iovecs = kMaxIoVecs;
+  o.vector_alignment = 3000;
+  EXPECT_TRUE(RestoreReader::Create(*engine_, o).status().IsInvalidArgument());
+}
+
+TEST_P(RestoreTest, MixedAlignedAndUnalignedDestinationsFallBack) {
+  // Four regions of file 0, far enough apart to be separate reads (gap > max_gap):
+  //  A: aligned block-contiguous destinations                      -> vectored
+  //  B: the same, but one slice's destination is 1 byte off         -> scattered
+  //  C: aligned, with 4 KiB holes between slices (bridged gaps)     -> vectored via discard
+  //  D: aligned, but 100-byte holes (a gap O_DIRECT cannot land)    -> scattered
+  const uint64_t slice = 16384, region = 1 << 20;
+  std::vector<uint8_t> canvas(8 << 20, 0xEE);
+  uint8_t* base = canvas.data() + (4096 - reinterpret_cast<uintptr_t>(canvas.data()) % 4096);
+  std::vector<SliceRead> slices;
+  uint8_t* d = base;
+  auto add = [&](uint64_t file_off, uint8_t* out) {
+    slices.push_back(SliceRead{0, file_off, slice, out, static_cast<uint32_t>(slices.size() % 3)});
+  };
+  // A: 16 slices, destinations in reversed order.
+  for (int i = 0; i < 16; ++i) add(0 * region + i * slice, d + (15 - i) * slice);
+  d += 16 * slice + 4096;
+  // B: like A, with slice 7 one byte off (canary space kept around it).
+  for (int i = 0; i < 16; ++i) {
+    add(2 * region + i * slice, d + (15 - i) * (slice + 4096) + (i == 7 ? 1 : 0));
+  }
+  d += 16 * (slice + 4096) + 4096;
+  // C: slices 20 KiB apart in the file.
+  for (int i = 0; i < 16; ++i) add(4 * region + i * (slice + 4096), d + i * slice);
+  d += 16 * slice + 4096;
+  // D: slices 16 KiB + 100 bytes apart.
+  for (int i = 0; i < 16; ++i) add(6 * region + i * (slice + 100), d + i * (slice + 4096));
+  d += 16 * (slice + 4096);
+  ASSERT_LE(d, canvas.data() + canvas.size());
+  std::shuffle(slices.begin(), slices.end(), std::mt19937_64(4));
+
+  RestoreOptions o;
+  o.window_bytes = 4 << 20;
+  o.coalesce.max_gap = 16384;  // bridges C's and D's holes, not the space between regions
+  auto made = RestoreReader::Create(*engine_, o);
+  ASSERT_TRUE(made.ok());
+  ASSERT_TRUE((*made)->Restore(slices).ok());
+  EXPECT_EQ(Mismatches(slices), 0u);
+  std::vector<bool> inside(canvas.size(), false);
+  for (const auto& s : slices) {
+    std::fill(inside.begin() + (s.dest - canvas.data()),
+              inside.begin() + (s.dest - canvas.data()) + s.len, true);
+  }
+  uint64_t canary_bad = 0;
+  for (size_t i = 0; i < canvas.size(); ++i) canary_bad += !inside[i] && canvas[i] != 0xEE;
+  EXPECT_EQ(canary_bad, 0u);
+  const RestoreStats st = (*made)->stats();
+  EXPECT_EQ(st.vectored_reads, 2u);   // A and C
+  EXPECT_EQ(st.scattered_reads, 2u);  // B and D
+  EXPECT_EQ(st.direct_reads, 0u);
+  EXPECT_EQ(st.bytes_delivered, slices.size() * slice);
+  EXPECT_EQ(st.bytes_gap, 15 * 4096 + 15 * 100u);
+}
+
+TEST_P(RestoreTest, ContinuingDestinationsShareOneIovec) {
+  // 16 slices whose destinations come in pairs that continue each other, the pairs in reversed
+  // order: 8 iovecs, so a cap of 4 per op makes 2 ops (16 entries would make 4).
+  const uint64_t slice = 16384;
+  auto dest = AllocAligned(16 * slice);
+  std::vector<SliceRead> slices;
+  for (uint64_t i = 0; i < 16; ++i) {
+    const uint64_t pair = 7 - i / 2;
+    slices.push_back(SliceRead{0, i * slice, slice, dest.get() + (pair * 2 + i % 2) * slice, 0});
+  }
+  RestoreOptions o;
+  o.window_bytes = 1 << 20;
+  o.max_iovecs = 4;
+  auto made = RestoreReader::Create(*engine_, o);
+  ASSERT_TRUE(made.ok());
+  ASSERT_TRUE((*made)->Restore(slices).ok());
+  EXPECT_EQ(Mismatches(slices), 0u);
+  EXPECT_EQ((*made)->stats().vectored_reads, 1u);
+  EXPECT_EQ((*made)->stats().vectored_ops, 2u);
+}
+
+// Wraps an engine and records the most bytes it ever had in flight.
+class InflightTrackingEngine : public IoEngine {
+ public:
+  explicit InflightTrackingEngine(IoEngine& base) : base_(base) {}
+  Status RegisterFiles(std::span<const int> fds) override { return base_.RegisterFiles(fds); }
+  std::string_view name() const override { return base_.name(); }
+  void Submit(std::span<const IoOp> ops, IoCompletionSink* sink) override {
+    for (const IoOp& op : ops) {
+      const uint64_t now = inflight_.fetch_add(op.len) + op.len;
+      uint64_t seen = max_.load();
+      while (now > seen && !max_.compare_exchange_weak(seen, now)) {
+      }
+      vectored_ops_ += op.vectored();
+      base_.Submit({&op, 1}, new Tracker(this, sink, op.len));
+    }
+  }
+  uint64_t max_inflight() const { return max_.load(); }
+  uint64_t vectored_ops() const { return vectored_ops_.load(); }
+
+ private:
+  struct Tracker : IoCompletionSink {
+    Tracker(InflightTrackingEngine* e, IoCompletionSink* s, uint64_t n) : e(e), s(s), n(n) {}
+    void OnIoComplete(uint64_t tag, const Status& st) override {
+      e->inflight_ -= n;
+      IoCompletionSink* user = s;
+      delete this;
+      user->OnIoComplete(tag, st);
+    }
+    InflightTrackingEngine* e;
+    IoCompletionSink* s;
+    uint64_t n;
+  };
+  IoEngine& base_;
+  std::atomic<uint64_t> inflight_{0}, max_{0}, vectored_ops_{0};
+};
+
+TEST_P(RestoreTest, VectoredReadsStayWithinTheInFlightBudget) {
+  const uint32_t layers = 8, planes = 2, blocks = 16;
+  const uint64_t slice = 16384, total = uint64_t{layers} * planes * blocks * slice;  // 4 MiB
+  auto dest = AllocAligned(total);
+  auto slices = LayerMajorSession(0, 0, layers, planes, blocks, slice, dest.get());
+  InflightTrackingEngine tracking(*engine_);
+  RestoreOptions o;
+  o.window_bytes = 256 << 10;
+  auto made = RestoreReader::Create(tracking, o);
+  ASSERT_TRUE(made.ok());
+  ASSERT_TRUE((*made)->Restore(slices).ok());
+  EXPECT_EQ(Mismatches(slices), 0u);
+  EXPECT_EQ((*made)->stats().vectored_reads, total / (256 << 10));
+  EXPECT_EQ(tracking.vectored_ops(), total / (256 << 10));
+  EXPECT_GT(tracking.max_inflight(), 0u);
+  EXPECT_LE(tracking.max_inflight(), o.window_bytes);
+}
+
+TEST_P(RestoreTest, FailedOpOfASplitVectoredReadFailsTheRestore) {
+  // One 8 MiB read of 2048 entries split into two ops; only the second op fails.
+  FaultInjectionIoEngine fi(*engine_);
+  const uint64_t slice = 4096, n = kFileBytes / slice;
+  auto dest = AllocAligned(kFileBytes);
+  std::vector<SliceRead> slices;
+  for (uint64_t i = 0; i < n; ++i) {
+    slices.push_back(SliceRead{0, i * slice, slice, dest.get() + (n - 1 - i) * slice, 0});
+  }
+  RestoreOptions o;
+  o.window_bytes = kFileBytes;
+  o.coalesce.max_io = kFileBytes;
+  auto made = RestoreReader::Create(fi, o);
+  ASSERT_TRUE(made.ok());
+  FaultSpec spec;
+  spec.range_begin = kFileBytes - 1;  // only the op covering the file's end
+  fi.SetReadFault(spec);
+  Status s = (*made)->Restore(slices);
+  ASSERT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_NE(s.message().find("offset " + std::to_string(kFileBytes / 2)), std::string_view::npos)
+      << s.ToString();
+  EXPECT_EQ(fi.counters().read_errors, 1u);
+
+  // A short read of a vectored op surfaces as end of file; the reader stays usable.
+  FaultSpec shortr;
+  shortr.kind = FaultSpec::Kind::kShort;
+  fi.SetReadFault(shortr);
+  s = (*made)->Restore(slices);
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_NE(s.message().find("unexpected end of file"), std::string_view::npos) << s.ToString();
+  fi.Clear();
+  std::memset(dest.get(), 0, kFileBytes);
+  ASSERT_TRUE((*made)->Restore(slices).ok());
+  EXPECT_EQ(Mismatches(slices), 0u);
+  EXPECT_EQ((*made)->stats().vectored_reads, 3u);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllEngines, RestoreTest,
                          ::testing::Values(IoEngineKind::kPosix, IoEngineKind::kPreadv,
                                            IoEngineKind::kUring),

@@ -109,6 +109,7 @@ class UringIoEngine::Worker {
     s.fixed_buffer_sqes = fixed_sqes_.load(std::memory_order_relaxed);
     s.resubmissions = resubmissions_.load(std::memory_order_relaxed);
     s.submit_calls = submit_calls_.load(std::memory_order_relaxed);
+    s.vectored_sqes = vectored_sqes_.load(std::memory_order_relaxed);
     return s;
   }
 
@@ -121,6 +122,7 @@ class UringIoEngine::Worker {
     IoOp op;
     IoCompletionSink* sink = nullptr;
     uint64_t done = 0;
+    std::vector<iovec> iov_rest;  // rebuilt iovec list of a continued vectored op; kept for reuse
   };
   struct Control {
     std::function<Status()> fn;
@@ -179,27 +181,51 @@ class UringIoEngine::Worker {
   void Prep(uint32_t idx) {
     Slot& s = slots_[idx];
     io_uring_sqe* sqe = GetSqe();
-    uint8_t* p = static_cast<uint8_t*>(s.op.buf) + s.done;
-    const auto n = static_cast<unsigned>(std::min(s.op.len - s.done, max_sqe_bytes_));
     const uint64_t off = s.op.offset + s.done;
     const int fd = fixed_files_ ? static_cast<int>(s.op.file) : fds_[s.op.file];
-    const int region = FindRegion(p, n);
     const bool read = s.op.opcode == IoOpcode::kRead;
-    if (region >= 0) {
-      if (read) {
-        io_uring_prep_read_fixed(sqe, fd, p, n, off, region);
-      } else {
-        io_uring_prep_write_fixed(sqe, fd, p, n, off, region);
-      }
-      fixed_sqes_.fetch_add(1, std::memory_order_relaxed);
-    } else if (read) {
-      io_uring_prep_read(sqe, fd, p, n, off);
+    if (s.op.vectored()) {
+      PrepVectored(s, sqe, fd, off, read);
     } else {
-      io_uring_prep_write(sqe, fd, p, n, off);
+      uint8_t* p = static_cast<uint8_t*>(s.op.buf) + s.done;
+      const auto n = static_cast<unsigned>(std::min(s.op.len - s.done, max_sqe_bytes_));
+      const int region = FindRegion(p, n);
+      if (region >= 0) {
+        if (read) {
+          io_uring_prep_read_fixed(sqe, fd, p, n, off, region);
+        } else {
+          io_uring_prep_write_fixed(sqe, fd, p, n, off, region);
+        }
+        fixed_sqes_.fetch_add(1, std::memory_order_relaxed);
+      } else if (read) {
+        io_uring_prep_read(sqe, fd, p, n, off);
+      } else {
+        io_uring_prep_write(sqe, fd, p, n, off);
+      }
     }
     if (fixed_files_) sqe->flags |= IOSQE_FIXED_FILE;
     io_uring_sqe_set_data64(sqe, idx);
     sqes_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // READV / WRITEV. The caller's list goes to the kernel as is when it is whole and within the
+  // limits; a continuation or an over-long list is rebuilt in the slot, which lives until the op
+  // completes (the kernel may read the iovecs after submission on older kernels).
+  void PrepVectored(Slot& s, io_uring_sqe* sqe, int fd, uint64_t off, bool read) {
+    const iovec* v = s.op.iov;
+    uint32_t cnt = s.op.iovcnt;
+    if (s.done > 0 || cnt > kMaxIoVecs || s.op.len > max_sqe_bytes_) {
+      s.iov_rest.resize(std::min(s.op.iovcnt, kMaxIoVecs));
+      cnt = IoVecRemainder(s.op, s.done, max_sqe_bytes_, s.iov_rest.data(),
+                           static_cast<uint32_t>(s.iov_rest.size()));
+      v = s.iov_rest.data();
+    }
+    if (read) {
+      io_uring_prep_readv(sqe, fd, v, cnt, off);
+    } else {
+      io_uring_prep_writev(sqe, fd, v, cnt, off);
+    }
+    vectored_sqes_.fetch_add(1, std::memory_order_relaxed);
   }
 
   void Finish(uint32_t idx, Status status) {
@@ -288,13 +314,20 @@ class UringIoEngine::Worker {
           finished_.push_back(Finished{p.sink, p.op.tag, IoBadFileStatus(p.op, fds_.size())});
           continue;
         }
+        if (Status bad = CheckIoVecs(p.op); !bad.ok()) {
+          finished_.push_back(Finished{p.sink, p.op.tag, std::move(bad)});
+          continue;
+        }
         if (p.op.len == 0) {
           finished_.push_back(Finished{p.sink, p.op.tag, Status::OK()});
           continue;
         }
         const uint32_t idx = free_.back();
         free_.pop_back();
-        slots_[idx] = Slot{p.op, p.sink, 0};
+        Slot& slot = slots_[idx];
+        slot.op = p.op;
+        slot.sink = p.sink;
+        slot.done = 0;
         ++inflight_;
         Prep(idx);
       }
@@ -340,7 +373,8 @@ class UringIoEngine::Worker {
   bool fixed_files_ = false;
   std::vector<IoBufferRegion> regions_;
 
-  std::atomic<uint64_t> ops_{0}, sqes_{0}, fixed_sqes_{0}, resubmissions_{0}, submit_calls_{0};
+  std::atomic<uint64_t> ops_{0}, sqes_{0}, fixed_sqes_{0}, resubmissions_{0}, submit_calls_{0},
+      vectored_sqes_{0};
 };
 
 Result<std::unique_ptr<UringIoEngine>> UringIoEngine::Create(const Options& options) {
@@ -418,6 +452,7 @@ UringIoEngine::Stats UringIoEngine::stats() const {
     total.fixed_buffer_sqes += s.fixed_buffer_sqes;
     total.resubmissions += s.resubmissions;
     total.submit_calls += s.submit_calls;
+    total.vectored_sqes += s.vectored_sqes;
   }
   return total;
 }

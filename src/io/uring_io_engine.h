@@ -4,7 +4,8 @@
 // (io_uring_for_each_cqe + io_uring_cq_advance). A short transfer is re-queued for the remainder;
 // 0 bytes before the end is an error. Files are registered with every ring (fixed files) and, when
 // a caller announces long-lived buffers (RegisterBuffers), those are registered too and ops whose
-// buffer lies inside one use READ_FIXED / WRITE_FIXED, which skips per-op page pinning.
+// buffer lies inside one use READ_FIXED / WRITE_FIXED, which skips per-op page pinning. Vectored
+// ops (IoOp::iov) use READV / WRITEV, continued mid-list after a short transfer.
 //
 // Thread safety: Submit may be called concurrently from any thread, including from completion
 // callbacks. RegisterFiles / RegisterBuffers / UnregisterBuffers run on every worker's own thread
@@ -37,6 +38,7 @@ class UringIoEngine : public IoEngine {
     uint64_t fixed_buffer_sqes = 0;
     uint64_t resubmissions = 0;  // short transfers continued
     uint64_t submit_calls = 0;   // io_uring_submit_and_wait calls
+    uint64_t vectored_sqes = 0;  // READV / WRITEV SQEs, including resubmissions
   };
 
   // Sets up every worker's ring; fails (e.g. io_uring disabled or unsupported) without side
