@@ -47,6 +47,7 @@ struct RestoreArgs {
   uint32_t queue_depth = 64;
   uint64_t window = 64 * kMiB;
   bool json = false;
+  bool no_verify = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -144,6 +145,7 @@ Status RestoreBench::Setup() {
   o.io_workers = a_.io_workers;
   o.io_queue_depth = a_.queue_depth;
   o.read_window_bytes = a_.window;
+  o.verify_checksums = !a_.no_verify;
   o.high_watermark = 1.0;
   o.low_watermark = 1.0;
   FC_ASSIGN_OR_RETURN(store_, FlatStore::OpenWithEngine(o, nullptr));
@@ -423,6 +425,9 @@ void RegisterRestoreBench(CLI::App& bench, int* exit_code) {
   cmd->add_option("--window", a->window, "Restore staging window")
       ->transform(size)
       ->capture_default_str();
+  cmd->add_flag("--no-verify", a->no_verify,
+                "Skip the store's checksum verification in the flat restore (the bench still "
+                "compares every byte afterwards)");
   cmd->add_flag("--json", a->json, "Print one JSON object on the last line");
   cmd->callback([a, exit_code] { *exit_code = RestoreBench(*a).Main(); });
 }

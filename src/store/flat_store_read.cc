@@ -1,8 +1,10 @@
 // FlatStore's read side: Exists and Get.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "store/flat_store.h"
+#include "store/layer_verifier.h"
 #include "store/staging.h"
 #include "util/checksum.h"
 
@@ -93,21 +95,25 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
   }
   Status st;
   if (!ssd.empty()) {
-    StreamingChecksums sums(options_.verify_checksums ? ssd_hits.size() : 0);
+    // Large restores hash on one helper thread per I/O worker; small ones inline.
+    std::vector<uint32_t> ssd_blocks;
+    for (uint32_t i : ssd_hits) ssd_blocks.push_back(hits[i].key);
+    const bool big = ssd_blocks.size() * layout.block_bytes() >= 32 * kMiB;
+    std::optional<LayerVerifier> verifier;
+    if (options_.verify_checksums) {
+      verifier.emplace(dst, layout, std::move(ssd_blocks), big ? options_.io_workers : 0);
+    }
     auto on_layer = [&](uint32_t l) {
-      if (options_.verify_checksums) {
-        for (size_t j = 0; j < ssd_hits.size(); ++j) {
-          const uint32_t key = hits[ssd_hits[j]].key;
-          for (uint32_t p = 0; p < layout.num_planes; ++p) {
-            sums.Update(j, SliceAddress(dst, layout, key, l, p), sb);
-          }
-        }
-      }
+      if (verifier) verifier->LayerReady(l);
       if (options.on_layer) options.on_layer(l);
     };
     st = ReadSsd(ssd, layout, on_layer, &result);
-    if (st.ok() && options_.verify_checksums) {
-      for (size_t j = 0; j < ssd_hits.size(); ++j) hits[ssd_hits[j]].checksum = sums.Digest(j);
+    if (verifier) {
+      verifier->Finish();
+      if (st.ok()) {
+        for (size_t j = 0; j < ssd_hits.size(); ++j)
+          hits[ssd_hits[j]].checksum = verifier->Digest(j);
+      }
     }
   } else if (options.on_layer) {
     for (uint32_t l = 0; l < layout.num_layers; ++l) options.on_layer(l);
