@@ -1,0 +1,707 @@
+#include "eval/replay.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "flatcake/store.h"
+#include "sched/mas_scheduler.h"
+#include "store/flat_store.h"
+#include "testing/test_util.h"
+
+namespace flatcake::eval {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+Clock::duration FromSecs(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+// The outcome of one request's restore, whatever the policy.
+struct RestoreOutcome {
+  Status status;
+  std::vector<uint8_t> found;  // per leading-hit key
+  uint64_t from_dram_blocks = 0;
+  uint64_t from_ssd_blocks = 0;
+  uint64_t revoked = 0;
+  uint64_t corrupt = 0;  // checksum failures reported by the store
+  Clock::time_point ready;
+  bool ssd = false;  // the restore touched SSD
+  // When its SSD reads were in flight (for the bandwidth figure; queueing excluded).
+  Clock::time_point io_begin, io_end;
+};
+
+// Per-worker reusable buffers: restores land in `in`, new blocks are generated into `out`.
+struct WorkerBuffers {
+  std::vector<uint8_t> in, out, expect;
+  std::vector<void*> in_ptrs, out_ptrs;
+  BlockBuffers Prepare(std::vector<uint8_t>& mem, std::vector<void*>& ptrs, size_t n,
+                       uint64_t block) {
+    if (mem.size() < n * block) mem.resize(n * block);
+    ptrs.resize(n);
+    for (size_t i = 0; i < n; ++i) ptrs[i] = mem.data() + i * block;
+    return BlockBuffers{BufferKind::kBlockContiguous, std::span<void* const>(ptrs)};
+  }
+};
+
+// The policy under test behind one narrow interface.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual size_t Lookup(std::span<const Key> keys) = 0;
+  // Restores `keys` into `dst`; blocks until the data is ready for prefill.
+  virtual RestoreOutcome Restore(std::span<const Key> keys, const BlockBuffers& dst,
+                                 uint64_t hit_tokens) = 0;
+  // Writes the blocks a request recomputed; `prefix_len` blocks before keys[0] were restored,
+  // the last of them being `tail` (when prefix_len > 0).
+  virtual Status Write(std::span<const Key> keys, const BlockBuffers& src, size_t req,
+                       size_t prefix_len, const Key& tail) = 0;
+  virtual void Finish(ReplayReport* report) = 0;
+};
+
+// --- flat: FlatStore + FC-MAS ---
+
+class FlatBackend final : public Backend, public PrefetchExecutor {
+ public:
+  FlatBackend(std::unique_ptr<Store> store, const KvLayout& layout, uint32_t block_tokens,
+              std::vector<RequestHints> hints, uint32_t threads)
+      : store_(std::move(store)),
+        layout_(layout),
+        block_tokens_(block_tokens),
+        hints_(std::move(hints)) {
+    for (uint32_t i = 0; i < threads; ++i) pool_.emplace_back([this] { PoolLoop(); });
+  }
+  ~FlatBackend() override {
+    if (sched_) sched_->Shutdown();
+    if (consumer_.joinable()) consumer_.join();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : pool_) t.join();
+  }
+  Status Start(uint64_t window_bytes) {
+    MasSchedulerOptions so;
+    so.sched.window_bytes = window_bytes;
+    FC_ASSIGN_OR_RETURN(sched_, MasScheduler::Create(so, this));
+    consumer_ = std::thread([this] { ConsumeLoop(); });
+    return Status::OK();
+  }
+
+  size_t Lookup(std::span<const Key> keys) override { return store_->Exists(keys); }
+
+  RestoreOutcome Restore(std::span<const Key> keys, const BlockBuffers& dst,
+                         uint64_t /*hit_tokens*/) override {
+    Pending p;
+    p.keys = keys;
+    p.dst = &dst;
+    uint64_t ssd_blocks = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const Key& k : keys) {
+        auto it = medium_.find(k);
+        ssd_blocks += it != medium_.end() && it->second == MediaType::kSsd;
+      }
+      p.id = next_id_++;
+      pending_[p.id] = &p;
+    }
+    // DRAM-ready: served at once by this thread. SSD-preparing: the executor restores it when
+    // FC-MAS admits it into the window.
+    if (ssd_blocks == 0) Run(p);
+    const Gva slowest = ssd_blocks ? EncodeGva(MediaType::kSsd, 0, 0) : 0;
+    Status st = sched_->Submit(
+        RestoreRequest{p.id, kStampOnSubmit, slowest, ssd_blocks * layout_.block_bytes()});
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_.erase(p.id);
+      p.out.status = st;
+      return p.out;
+    }
+    p.popped.get_future().wait();
+    p.out.ready = Clock::now();
+    p.out.ssd = ssd_blocks > 0;
+    return p.out;
+  }
+
+  Status Write(std::span<const Key> keys, const BlockBuffers& src, size_t req, size_t prefix_len,
+               const Key& tail) override {
+    const RequestHints& h = hints_[req];
+    WriteHints wh;
+    wh.session = h.session;
+    wh.turn = h.turn;
+    if (h.prior_reply_tokens >= 0) wh.prior_reply_tokens = h.prior_reply_tokens;
+    wh.context_tokens = prefix_len * block_tokens_;
+    if (prefix_len > 0) wh.prefix_tail = tail;
+    FC_ASSIGN_OR_RETURN(PutResult r, store_->Put(keys, layout_, src, wh));
+    if (r.written > 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const Key& k : keys) medium_.try_emplace(k, r.medium);
+    }
+    return Status::OK();
+  }
+
+  void Finish(ReplayReport* rep) override {
+    StoreStats s = store_->GetStats();
+    rep->ssd_bytes_read = s.ssd.read_bytes;
+    rep->ssd_bytes_delivered = s.ssd.delivered_bytes;
+    rep->ssd_bytes_written = s.ssd.written_bytes;
+    rep->dram_bytes_written = s.dram.written_bytes;
+    rep->bytes_admitted = s.dram.admitted_bytes + s.ssd.admitted_bytes;
+    rep->scopes_reclaimed = s.dram.scopes_reclaimed + s.ssd.scopes_reclaimed;
+  }
+
+  // PrefetchExecutor: runs on the scheduler's dispatching thread; hand off to the pool.
+  void Prefetch(const RestoreRequest& request, std::function<void(Status)> done) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back(Task{request.id, std::move(done)});
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  struct Pending {
+    uint64_t id = 0;
+    std::span<const Key> keys;
+    const BlockBuffers* dst = nullptr;
+    RestoreOutcome out;
+    std::promise<void> popped;
+  };
+  struct Task {
+    uint64_t id;
+    std::function<void(Status)> done;
+  };
+
+  void Run(Pending& p) {
+    p.out.io_begin = Clock::now();
+    auto r = store_->Get(p.keys, layout_, *p.dst);
+    p.out.io_end = Clock::now();
+    if (!r.ok()) {
+      p.out.status = r.status();
+      p.out.found.assign(p.keys.size(), 0);
+      return;
+    }
+    p.out.found = r->found;
+    p.out.corrupt = r->corrupt;
+    const uint64_t bb = layout_.block_bytes();
+    p.out.from_ssd_blocks = r->bytes_from_ssd / bb;
+    p.out.from_dram_blocks = r->bytes_from_dram / bb;
+  }
+  Pending* Find(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(id);
+    return it == pending_.end() ? nullptr : it->second;
+  }
+  void PoolLoop() {
+    for (;;) {
+      Task t;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        t = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      Pending* p = Find(t.id);
+      if (p != nullptr) Run(*p);
+      t.done(p != nullptr ? p->out.status : Status::NotFound("unknown restore"));
+    }
+  }
+  // The GPU side: takes ready restores in FC-MAS order (arrival order among the ready ones).
+  void ConsumeLoop() {
+    while (auto ready = sched_->PopReady()) {
+      Pending* p = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = pending_.find(ready->request.id);
+        if (it == pending_.end()) continue;
+        p = it->second;
+        pending_.erase(it);
+      }
+      if (!ready->prefetch_status.ok() && p->out.status.ok())
+        p->out.status = ready->prefetch_status;
+      p->popped.set_value();
+    }
+  }
+
+  std::unique_ptr<Store> store_;
+  const KvLayout layout_;
+  const uint32_t block_tokens_;
+  const std::vector<RequestHints> hints_;
+  std::unique_ptr<MasScheduler> sched_;
+  std::thread consumer_;
+  std::vector<std::thread> pool_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> tasks_;
+  bool stop_ = false;
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, Pending*> pending_;
+  std::unordered_map<Key, MediaType, KeyHash> medium_;  // where each written block went
+};
+
+// --- tiered / DRAM-only ---
+
+class TieredBackend final : public Backend {
+ public:
+  TieredBackend(std::unique_ptr<baseline::TieredStore> store, const KvLayout& layout)
+      : store_(std::move(store)), layout_(layout) {}
+  size_t Lookup(std::span<const Key> keys) override { return store_->Exists(keys); }
+  RestoreOutcome Restore(std::span<const Key> keys, const BlockBuffers& dst,
+                         uint64_t hit_tokens) override {
+    RestoreOutcome out;
+    const auto t0 = Clock::now();
+    const double timeout = baseline::PrefetchTimeoutSeconds(store_->options(), hit_tokens);
+    auto r = store_->Get(keys, layout_, dst, timeout);
+    if (!r.ok()) {
+      out.status = r.status();
+      out.found.assign(keys.size(), 0);
+      out.ready = Clock::now();
+      return out;
+    }
+    out.found = r->found;
+    out.from_dram_blocks = r->dram_hits;
+    out.from_ssd_blocks = r->ssd_hits;
+    out.revoked = r->revoked;
+    out.ssd = r->ssd_hits + r->revoked > 0;
+    out.ready = t0 + FromSecs(r->deliver_s);
+    out.io_begin = t0 + FromSecs(r->staging_wait_s);
+    out.io_end = out.ready;
+    return out;
+  }
+  Status Write(std::span<const Key> keys, const BlockBuffers& src, size_t, size_t,
+               const Key&) override {
+    return store_->Put(keys, layout_, src);
+  }
+  void Finish(ReplayReport* rep) override {
+    baseline::TieredStats s = store_->GetStats();
+    rep->ssd_bytes_read = s.ssd.read_bytes;
+    rep->ssd_bytes_delivered = s.ssd.delivered_bytes;
+    rep->ssd_bytes_written = s.ssd.written_bytes;
+    rep->dram_bytes_written = s.dram.written_bytes;
+    rep->bytes_admitted = s.dram.admitted_bytes + s.ssd.admitted_bytes;
+    rep->promotions = s.promotions;
+    rep->evictions = s.evictions;
+    rep->offloads = s.offloads;
+    rep->buckets_dropped = s.buckets_dropped;
+    rep->revocations = s.revocations;
+  }
+
+ private:
+  std::unique_ptr<baseline::TieredStore> store_;
+  const KvLayout layout_;
+};
+
+// --- the driver ---
+
+struct RequestRecord {
+  double ttft_s = -1;
+  double restore_s = -1;
+  double ssd_restore_s = -1;
+};
+
+class Replayer {
+ public:
+  Replayer(const std::vector<trace::TraceRequest>& reqs, const ReplayOptions& o,
+           const KvLayout& layout, uint32_t block_tokens, Backend* backend)
+      : reqs_(reqs),
+        o_(o),
+        layout_(layout),
+        block_tokens_(block_tokens),
+        backend_(backend),
+        records_(reqs.size()) {}
+
+  void Run(ReplayReport* rep) {
+    // Arrival offsets, scaled to the target rate.
+    std::vector<double> at(reqs_.size(), 0);
+    const double span = reqs_.size() > 1 ? reqs_.back().time_s - reqs_.front().time_s : 0;
+    for (size_t i = 0; i < reqs_.size(); ++i) {
+      double t = reqs_[i].time_s - reqs_.front().time_s;
+      if (o_.qps > 0) {
+        t = span > 0 ? t * (static_cast<double>(reqs_.size() - 1) / span) / o_.qps
+                     : static_cast<double>(i) / o_.qps;
+      }
+      at[i] = std::max(0.0, t);
+    }
+    start_ = Clock::now();
+    gpu_free_ = start_;
+    std::vector<std::thread> workers;
+    for (uint32_t w = 0; w < std::max<uint32_t>(1, o_.workers); ++w) {
+      workers.emplace_back([this] { WorkerLoop(); });
+    }
+    std::thread dispatcher([&] {
+      for (size_t i = 0; i < reqs_.size(); ++i) {
+        std::this_thread::sleep_until(start_ + FromSecs(at[i]));
+        {
+          std::lock_guard<std::mutex> lock(qmu_);
+          queue_.push_back(Arrival{i, start_ + FromSecs(at[i])});
+        }
+        qcv_.notify_one();
+      }
+      std::lock_guard<std::mutex> lock(qmu_);
+      closed_ = true;
+      qcv_.notify_all();
+    });
+    while (done_.load() < reqs_.size()) {
+      if (o_.progress) o_.progress(done_.load(), reqs_.size());
+      std::unique_lock<std::mutex> lock(dmu_);
+      dcv_.wait_for(lock, std::chrono::milliseconds(100),
+                    [&] { return done_.load() >= reqs_.size(); });
+    }
+    dispatcher.join();
+    for (auto& t : workers) t.join();
+    if (o_.progress) o_.progress(reqs_.size(), reqs_.size());
+    const auto end = Clock::now();
+    rep->duration_s = Secs(end - start_);
+
+    std::vector<double> ttft, restore;
+    double ttft_sum = 0;
+    for (const RequestRecord& r : records_) {
+      if (r.ttft_s >= 0) {
+        ttft.push_back(r.ttft_s);
+        ttft_sum += r.ttft_s;
+      }
+      if (r.restore_s >= 0) restore.push_back(r.restore_s);
+    }
+    rep->requests = reqs_.size();
+    rep->input_tokens = input_tokens_;
+    rep->hit_tokens_dram = hit_dram_;
+    rep->hit_tokens_ssd = hit_ssd_;
+    rep->recomputed_tokens = recomputed_;
+    rep->lookup_hit_blocks = lookup_hits_;
+    rep->revoked_blocks = revoked_;
+    rep->mismatches = mismatches_;
+    rep->errors = errors_;
+    rep->first_error = first_error_;
+    rep->ttft_mean_s = ttft.empty() ? 0 : ttft_sum / ttft.size();
+    rep->ttft_p50_s = Percentile(ttft, 50);
+    rep->ttft_p99_s = Percentile(ttft, 99);
+    rep->restore_p50_s = Percentile(restore, 50);
+    rep->restore_p99_s = Percentile(restore, 99);
+    rep->throughput_rps = rep->duration_s > 0 ? reqs_.size() / rep->duration_s : 0;
+    rep->gpu_busy_frac = rep->duration_s > 0 ? gpu_busy_s_ / rep->duration_s : 0;
+    backend_->Finish(rep);
+    // Bandwidth over the union of the intervals during which some SSD restore was in flight.
+    std::sort(ssd_intervals_.begin(), ssd_intervals_.end());
+    double busy = 0, cur_b = -1, cur_e = -1;
+    for (const auto& [b, e] : ssd_intervals_) {
+      if (b > cur_e) {
+        busy += cur_e - cur_b;
+        cur_b = b;
+        cur_e = e;
+      } else {
+        cur_e = std::max(cur_e, e);
+      }
+    }
+    busy += cur_e - cur_b;
+    rep->ssd_read_gbps = busy > 0 ? rep->ssd_bytes_read / busy / 1e9 : 0;
+    rep->read_amp =
+        rep->ssd_bytes_delivered > 0 ? double(rep->ssd_bytes_read) / rep->ssd_bytes_delivered : 0;
+    rep->write_amp =
+        rep->bytes_admitted > 0
+            ? double(rep->ssd_bytes_written + rep->dram_bytes_written) / rep->bytes_admitted
+            : 0;
+  }
+
+ private:
+  struct Arrival {
+    size_t index;
+    Clock::time_point at;
+  };
+
+  void WorkerLoop() {
+    WorkerBuffers buf;
+    buf.expect.resize(layout_.block_bytes());
+    for (;;) {
+      Arrival a;
+      {
+        std::unique_lock<std::mutex> lock(qmu_);
+        qcv_.wait(lock, [&] { return closed_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        a = queue_.front();
+        queue_.pop_front();
+      }
+      Serve(a, buf);
+      if (done_.fetch_add(1) + 1 == reqs_.size()) dcv_.notify_all();
+    }
+  }
+
+  void Fail(const Status& st) {
+    std::lock_guard<std::mutex> lock(smu_);
+    errors_++;
+    if (first_error_.empty()) first_error_ = st.ToString();
+  }
+
+  void Serve(const Arrival& a, WorkerBuffers& buf) {
+    const trace::TraceRequest& req = reqs_[a.index];
+    const uint64_t bb = layout_.block_bytes();
+    std::vector<Key> keys;
+    keys.reserve(req.block_ids.size());
+    for (uint64_t id : req.block_ids) keys.push_back(KeyFromId(id, o_.key_namespace));
+    const auto t_start = Clock::now();
+
+    // 1. Lookup and restore the leading hits.
+    const size_t n = backend_->Lookup(keys);
+    size_t delivered = 0;
+    uint64_t from_dram = 0, from_ssd = 0, revoked = 0, bad = 0;
+    Clock::time_point ready = t_start;
+    if (n > 0) {
+      BlockBuffers dst = buf.Prepare(buf.in, buf.in_ptrs, n, bb);
+      const uint64_t hit_tokens = std::min<uint64_t>(n * block_tokens_, req.input_tokens);
+      RestoreOutcome out = backend_->Restore(std::span<const Key>(keys.data(), n), dst, hit_tokens);
+      if (!out.status.ok()) Fail(out.status);
+      ready = out.ready;
+      revoked = out.revoked;
+      bad = out.corrupt;
+      // 2. Verify every restored byte; the delivered prefix ends at the first miss or mismatch.
+      for (; delivered < n && delivered < out.found.size() && out.found[delivered]; ++delivered) {
+        testing::FillBlock(keys[delivered], buf.expect.data(), bb);
+        if (std::memcmp(buf.expect.data(), buf.in_ptrs[delivered], bb) != 0) {
+          bad++;
+          break;
+        }
+      }
+      // Attribute the delivered blocks to media in the store's proportions.
+      const uint64_t got = out.from_dram_blocks + out.from_ssd_blocks;
+      from_ssd = got ? std::min<uint64_t>(delivered, delivered * out.from_ssd_blocks / got) : 0;
+      from_dram = delivered - from_ssd;
+      std::lock_guard<std::mutex> lock(smu_);
+      records_[a.index].restore_s = Secs(ready - t_start);
+      if (out.ssd) {
+        ssd_intervals_.emplace_back(Secs(out.io_begin - start_), Secs(out.io_end - start_));
+      }
+    }
+
+    // 3. Prefill of what was not restored, on the one modelled GPU.
+    const uint64_t hit_tokens = std::min<uint64_t>(delivered * block_tokens_, req.input_tokens);
+    const uint64_t miss_tokens = req.input_tokens - hit_tokens;
+    const double prefill_s = miss_tokens / o_.model.prefill_tokens_per_s;
+    Clock::time_point gpu_end;
+    {
+      std::lock_guard<std::mutex> lock(gmu_);
+      const Clock::time_point start = std::max(ready, gpu_free_);
+      gpu_end = start + FromSecs(prefill_s);
+      gpu_free_ = gpu_end;
+      gpu_busy_s_ += prefill_s;
+    }
+    std::this_thread::sleep_until(gpu_end);
+    {
+      std::lock_guard<std::mutex> lock(smu_);
+      records_[a.index].ttft_s = Secs(gpu_end - a.at);
+      input_tokens_ += req.input_tokens;
+      lookup_hits_ += n;
+      revoked_ += revoked;
+      mismatches_ += bad;
+      recomputed_ += miss_tokens;
+      const uint64_t ssd_tok = std::min(hit_tokens, from_ssd * block_tokens_);
+      hit_ssd_ += ssd_tok;
+      hit_dram_ += hit_tokens - ssd_tok;
+    }
+
+    // 4. Write the blocks that were not delivered (recomputed), with real writes. Like a serving
+    //    engine's page-granular cache, only full blocks are stored: a partly filled last block
+    //    changes with the next turn and is never reused.
+    const size_t full = std::min<size_t>(keys.size(), req.input_tokens / block_tokens_);
+    if (delivered < full) {
+      const size_t m = full - delivered;
+      BlockBuffers src = buf.Prepare(buf.out, buf.out_ptrs, m, bb);
+      for (size_t i = 0; i < m; ++i) {
+        testing::FillBlock(keys[delivered + i], static_cast<uint8_t*>(buf.out_ptrs[i]), bb);
+      }
+      const Key tail = delivered > 0 ? keys[delivered - 1] : Key{};
+      Status st = backend_->Write(std::span<const Key>(keys.data() + delivered, m), src, a.index,
+                                  delivered, tail);
+      if (!st.ok()) Fail(st);
+    }
+  }
+
+  const std::vector<trace::TraceRequest>& reqs_;
+  const ReplayOptions& o_;
+  const KvLayout layout_;
+  const uint32_t block_tokens_;
+  Backend* backend_;
+  Clock::time_point start_;
+
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  std::deque<Arrival> queue_;
+  bool closed_ = false;
+
+  std::mutex dmu_;
+  std::condition_variable dcv_;
+  std::atomic<uint64_t> done_{0};
+
+  std::mutex gmu_;
+  Clock::time_point gpu_free_;
+  double gpu_busy_s_ = 0;
+
+  std::mutex smu_;
+  std::vector<RequestRecord> records_;
+  uint64_t input_tokens_ = 0, hit_dram_ = 0, hit_ssd_ = 0, recomputed_ = 0, lookup_hits_ = 0,
+           revoked_ = 0, mismatches_ = 0, errors_ = 0;
+  std::vector<std::pair<double, double>> ssd_intervals_;  // SSD restores in flight (s from start)
+  std::string first_error_;
+};
+
+}  // namespace
+
+std::string_view ReplayPolicyName(ReplayPolicy p) {
+  switch (p) {
+    case ReplayPolicy::kFlat: return "flat";
+    case ReplayPolicy::kTiered: return "tiered";
+    case ReplayPolicy::kDramOnly: return "dram-only";
+  }
+  return "?";
+}
+
+Result<ReplayPolicy> ParseReplayPolicy(std::string_view name) {
+  if (name == "flat" || name == "flatcake") return ReplayPolicy::kFlat;
+  if (name == "tiered" || name == "mooncake") return ReplayPolicy::kTiered;
+  if (name == "dram-only" || name == "dram") return ReplayPolicy::kDramOnly;
+  return Status::InvalidArgument("unknown policy '" + std::string(name) +
+                                 "' (expected flat, tiered or dram-only)");
+}
+
+double ReplayReport::hit_rate_pct() const {
+  return input_tokens ? 100.0 * (hit_tokens_dram + hit_tokens_ssd) / input_tokens : 0;
+}
+double ReplayReport::hit_dram_pct() const {
+  return input_tokens ? 100.0 * hit_tokens_dram / input_tokens : 0;
+}
+double ReplayReport::hit_ssd_pct() const {
+  return input_tokens ? 100.0 * hit_tokens_ssd / input_tokens : 0;
+}
+
+double Percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * v.size()));
+  rank = std::clamp<size_t>(rank, 1, v.size());
+  return v[rank - 1];
+}
+
+std::vector<RequestHints> DeriveHints(const std::vector<trace::TraceRequest>& reqs) {
+  std::vector<RequestHints> out(reqs.size());
+  // Traces with sessions: the previous request of the session gives the prior reply.
+  std::unordered_map<int64_t, size_t> last_of_session;
+  // Traces without: block id -> (first request that used it, position in it).
+  std::unordered_map<uint64_t, std::pair<size_t, size_t>> owner;
+  uint64_t next_session = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const trace::TraceRequest& r = reqs[i];
+    RequestHints& h = out[i];
+    if (r.session_id >= 0) {
+      h.session = "s" + std::to_string(r.session_id);
+      auto it = last_of_session.find(r.session_id);
+      h.turn = r.turn > 0 ? static_cast<uint32_t>(r.turn)
+                          : (it == last_of_session.end() ? 1 : out[it->second].turn + 1);
+      if (it != last_of_session.end()) {
+        h.prior_reply_tokens = static_cast<int64_t>(reqs[it->second].output_tokens);
+      }
+      last_of_session[r.session_id] = i;
+      continue;
+    }
+    size_t k = 0;
+    while (k < r.block_ids.size() && owner.count(r.block_ids[k])) ++k;
+    bool continued = false;
+    if (k > 0) {
+      const auto [j, pos] = owner.at(r.block_ids[k - 1]);
+      const size_t len = reqs[j].block_ids.size();
+      if (pos + 2 >= len) {  // ends at the last or second-to-last block of request j
+        h.session = out[j].session;
+        h.turn = out[j].turn + 1;
+        h.prior_reply_tokens = static_cast<int64_t>(reqs[j].output_tokens);
+        continued = true;
+      }
+    }
+    if (!continued) h.session = "c" + std::to_string(next_session++);
+    for (size_t p = 0; p < r.block_ids.size(); ++p) owner.try_emplace(r.block_ids[p], i, p);
+  }
+  return out;
+}
+
+Result<ReplayReport> RunReplay(const std::vector<trace::TraceRequest>& requests,
+                               const ReplayOptions& o) {
+  if (requests.empty()) return Status::InvalidArgument("replay: the trace has no requests");
+  const uint32_t block_tokens = o.block_tokens ? o.block_tokens : requests.front().block_tokens;
+  if (block_tokens == 0) return Status::InvalidArgument("replay: block size in tokens unknown");
+  if (o.model.layers == 0 || o.model.planes == 0) {
+    return Status::InvalidArgument("replay: model layers and planes must be > 0");
+  }
+  if (!(o.model.prefill_tokens_per_s > 0)) {
+    return Status::InvalidArgument("replay: prefill tokens/s must be > 0");
+  }
+  if (o.qps < 0) return Status::InvalidArgument("replay: qps must be >= 0");
+  const uint64_t per_token = o.model.kv_bytes_per_token
+                                 ? o.model.kv_bytes_per_token
+                                 : std::max<uint64_t>(1, o.model.block_bytes / block_tokens);
+  const uint64_t slices = uint64_t{o.model.layers} * o.model.planes;
+  const uint64_t slice_bytes = std::max<uint64_t>(1, per_token * block_tokens / slices);
+  const KvLayout layout{o.model.layers, o.model.planes, slice_bytes};
+  FC_RETURN_IF_ERROR(ValidateKvLayout(layout));
+  if (o.policy != ReplayPolicy::kDramOnly && o.dir.empty()) {
+    return Status::InvalidArgument("replay: a data directory is required for SSD policies");
+  }
+
+  ReplayReport rep;
+  rep.policy = std::string(ReplayPolicyName(o.policy));
+  rep.qps = o.qps;
+  rep.block_bytes = layout.block_bytes();
+  rep.block_tokens = block_tokens;
+
+  std::unique_ptr<Backend> backend;
+  if (o.policy == ReplayPolicy::kFlat) {
+    StoreOptions so;
+    so.dram_bytes = o.dram_bytes;
+    so.ssd_dirs = {o.dir};
+    so.ssd_bytes = o.ssd_bytes / o.flat_file_bytes * o.flat_file_bytes;
+    so.ssd_file_bytes = o.flat_file_bytes;
+    so.tokens_per_block = block_tokens;
+    so.tau_tokens = o.tau_tokens;
+    so.l_agent_tokens = o.l_agent_tokens;
+    so.read_window_bytes = o.flat_window_bytes;
+    so.max_gap_bytes = o.flat_max_gap_bytes;
+    so.io_engine = o.io_engine;
+    so.max_scopes = 1 << 18;
+    FC_ASSIGN_OR_RETURN(auto store, FlatStore::OpenWithEngine(so, nullptr));
+    auto fb = std::make_unique<FlatBackend>(std::unique_ptr<Store>(std::move(store)), layout,
+                                            block_tokens, DeriveHints(requests),
+                                            std::max<uint32_t>(1, o.flat_prefetch_threads));
+    FC_RETURN_IF_ERROR(fb->Start(o.flat_window_bytes));
+    backend = std::move(fb);
+  } else {
+    baseline::TieredStoreOptions to = o.tiered;
+    to.dram_bytes = o.dram_bytes;
+    to.io_engine = o.io_engine;
+    if (o.policy == ReplayPolicy::kTiered) {
+      to.ssd_dirs = {o.dir};
+      to.ssd_bytes = o.ssd_bytes;
+      // Small budgets (tests) get buckets that fit them; real runs keep the 256 MiB default.
+      while (to.bucket_bytes > to.ssd_bytes / 4 && to.bucket_bytes > (1u << 20)) {
+        to.bucket_bytes /= 2;
+      }
+    } else {
+      to.ssd_dirs.clear();
+    }
+    FC_ASSIGN_OR_RETURN(auto store, baseline::TieredStore::Open(to));
+    backend = std::make_unique<TieredBackend>(std::move(store), layout);
+  }
+  Replayer replayer(requests, o, layout, block_tokens, backend.get());
+  replayer.Run(&rep);
+  backend.reset();
+  return rep;
+}
+
+}  // namespace flatcake::eval
