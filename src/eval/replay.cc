@@ -455,7 +455,7 @@ class Replayer {
     // 1. Lookup and restore the leading hits.
     const size_t n = backend_->Lookup(keys);
     size_t delivered = 0;
-    uint64_t from_dram = 0, from_ssd = 0, revoked = 0, bad = 0;
+    uint64_t from_ssd = 0, revoked = 0, bad = 0;  // DRAM hits are the rest of `delivered`
     Clock::time_point ready = t_start;
     if (n > 0) {
       BlockBuffers dst = buf.Prepare(buf.in, buf.in_ptrs, n, bb);
@@ -476,7 +476,6 @@ class Replayer {
       // Attribute the delivered blocks to media in the store's proportions.
       const uint64_t got = out.from_dram_blocks + out.from_ssd_blocks;
       from_ssd = got ? std::min<uint64_t>(delivered, delivered * out.from_ssd_blocks / got) : 0;
-      from_dram = delivered - from_ssd;
       std::lock_guard<std::mutex> lock(smu_);
       records_[a.index].restore_s = Secs(ready - t_start);
       if (out.ssd) {
