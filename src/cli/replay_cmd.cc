@@ -338,16 +338,16 @@ void RegisterReplayCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--format", a.format, "Trace format: auto, mooncake, qwen, agentic");
   cmd->add_option("--workload", a.workload, "Generated workload: agentic, conversation, api");
   cmd->add_option("--requests", a.requests,
-                  "Requests to generate (generated workloads; 0 = the default run's)");
+                  "Requests to generate (generated workloads; 0 = the workload's default)");
   cmd->add_option("--scale", a.scale,
-                  "Token scale of a generated workload (0 = the default run's)");
+                  "Token scale of a generated workload (0 = the workload's default)");
   cmd->add_option("--seed", a.seed, "Seed of a generated workload");
   cmd->add_option("--max-requests", a.max_requests, "Replay at most this many requests (0 = all)");
   cmd->add_option("--policy", a.policies, "Policies, comma separated: flat,tiered,dram-only")
       ->delimiter(',');
-  cmd->add_option(
-         "--qps", a.qps,
-         "Target arrival rate(s), comma separated; 0 = trace timing; none = the default run's")
+  cmd->add_option("--qps", a.qps,
+                  "Target arrival rate(s), comma separated; 0 = trace timing; none given = the "
+                  "built-in run's rate without --trace/--workload, trace timing otherwise")
       ->delimiter(',');
   cmd->add_option("--dram-bytes", a.o.dram_bytes, "DRAM budget per policy")->transform(size);
   cmd->add_option("--ssd-bytes", a.o.ssd_bytes, "SSD budget per policy")->transform(size);
