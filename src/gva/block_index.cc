@@ -101,6 +101,20 @@ uint64_t BlockIndex::Hash(const Key& key) {
   return h;
 }
 
+IndexEntry BlockIndex::ReadEntry(const Slot& s) {
+  IndexEntry e;
+  e.gva = s.gva.load(kAcq);
+  e.layer_stride = s.layer_stride.load(kAcq);
+  e.checksum = s.checksum.load(kAcq);
+  const uint64_t scope = s.scope.load(kAcq);
+  const uint64_t location = s.location.load(kAcq);
+  e.scope_id = static_cast<uint32_t>(scope);
+  e.scope_gen = static_cast<uint32_t>(scope >> 32);
+  e.segment = static_cast<uint32_t>(location);
+  e.block = static_cast<uint32_t>(location >> 32);
+  return e;
+}
+
 uint64_t BlockIndex::ReadKey(size_t idx, Key* key) const {
   const Slot& s = slots_[idx];
   key->hi = s.key_hi.load(kAcq);
@@ -272,21 +286,12 @@ bool BlockIndex::Lookup(const Key& key, IndexEntry* out) const {
     if ((w & want_mask) != want) continue;
     const Slot& s = slots_[idx];
     if (s.key_hi.load(kAcq) != key.hi || s.key_lo.load(kAcq) != key.lo) continue;
-    IndexEntry e;
-    e.gva = s.gva.load(kAcq);
-    e.layer_stride = s.layer_stride.load(kAcq);
-    e.checksum = s.checksum.load(kAcq);
-    uint64_t scope = s.scope.load(kAcq);
-    uint64_t location = s.location.load(kAcq);
+    const IndexEntry e = ReadEntry(s);
     // Validation: if the word changed, the copy may mix two owners; skip the slot. That is safe:
     // a key published throughout this call sits in a slot whose word does not change, and a key
     // whose slot changed was unpublished at some instant during the call (at most one live slot
     // per key), so a miss is a correct answer for it.
     if (states_[idx].load(kAcq) != w) continue;
-    e.scope_id = static_cast<uint32_t>(scope);
-    e.scope_gen = static_cast<uint32_t>(scope >> 32);
-    e.segment = static_cast<uint32_t>(location);
-    e.block = static_cast<uint32_t>(location >> 32);
     *out = e;
     return true;
   }
@@ -323,18 +328,9 @@ void BlockIndex::Compact() {
   for (size_t i = 0; i <= mask_; ++i) {
     if (StateOf(states_[i].load(std::memory_order_relaxed)) != kPublished) continue;
     const Slot& s = slots_[i];
-    IndexEntry e;
-    e.gva = s.gva.load(std::memory_order_relaxed);
-    e.layer_stride = s.layer_stride.load(std::memory_order_relaxed);
-    e.checksum = s.checksum.load(std::memory_order_relaxed);
-    const uint64_t scope = s.scope.load(std::memory_order_relaxed);
-    const uint64_t location = s.location.load(std::memory_order_relaxed);
-    e.scope_id = static_cast<uint32_t>(scope);
-    e.scope_gen = static_cast<uint32_t>(scope >> 32);
-    e.segment = static_cast<uint32_t>(location);
-    e.block = static_cast<uint32_t>(location >> 32);
     live.emplace_back(
-        Key{s.key_hi.load(std::memory_order_relaxed), s.key_lo.load(std::memory_order_relaxed)}, e);
+        Key{s.key_hi.load(std::memory_order_relaxed), s.key_lo.load(std::memory_order_relaxed)},
+        ReadEntry(s));
   }
   for (size_t i = 0; i <= mask_; ++i) states_[i].store(kEmpty, std::memory_order_relaxed);
   live_.store(0, std::memory_order_relaxed);

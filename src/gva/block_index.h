@@ -116,6 +116,9 @@ class BlockIndex {
   // Reads the key of slot `idx`; returns the state word re-read afterwards (the copy is valid
   // only if that word still has the version of the word read before).
   uint64_t ReadKey(size_t idx, Key* key) const;
+  // Copies a slot's entry (acquire loads). The copy is valid only if the slot's state word is
+  // unchanged afterwards (Lookup) or nothing runs concurrently (Compact).
+  static IndexEntry ReadEntry(const Slot& s);
   // Moves slot `idx` from `word` to TOMBSTONE (same version). False when the word changed.
   bool Tombstone(size_t idx, uint64_t word);
 
