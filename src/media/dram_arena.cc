@@ -86,60 +86,17 @@ Result<std::unique_ptr<DramArena>> DramArena::Create(uint64_t bytes, HugePageMod
 }
 
 DramArena::DramArena(uint8_t* base, uint64_t capacity, std::string page_mode)
-    : base_(base), capacity_(capacity), page_mode_(std::move(page_mode)) {
-  free_.emplace(0, capacity_);
-}
+    : base_(base),
+      capacity_(capacity),
+      page_mode_(std::move(page_mode)),
+      alloc_(capacity, /*boundary=*/0, kAlignment) {}
 
 DramArena::~DramArena() { munmap(base_, capacity_); }
 
-Result<uint64_t> DramArena::Allocate(uint64_t bytes) {
-  if (bytes == 0) return Status::InvalidArgument("zero-byte DRAM allocation");
-  const uint64_t want = AlignUp(bytes, kAlignment);
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = free_.begin(); it != free_.end(); ++it) {
-    if (it->second < want) continue;
-    const uint64_t off = it->first;
-    const uint64_t rest = it->second - want;
-    free_.erase(it);
-    if (rest > 0) free_.emplace(off + want, rest);
-    used_ += want;
-    return off;
-  }
-  return Status::NoSpace("DRAM arena has no free range of " + std::to_string(want) + " bytes (" +
-                         std::to_string(capacity_ - used_) + " bytes free in all)");
-}
-
-void DramArena::Free(uint64_t offset, uint64_t bytes) {
-  const uint64_t len = AlignUp(bytes, kAlignment);
-  std::lock_guard<std::mutex> lock(mu_);
-  used_ -= len;
-  auto [it, inserted] = free_.emplace(offset, len);
-  (void)inserted;
-  // Merge with the following range, then with the preceding one.
-  auto next = std::next(it);
-  if (next != free_.end() && it->first + it->second == next->first) {
-    it->second += next->second;
-    free_.erase(next);
-  }
-  if (it != free_.begin()) {
-    auto prev = std::prev(it);
-    if (prev->first + prev->second == it->first) {
-      prev->second += it->second;
-      free_.erase(it);
-    }
-  }
-}
-
-uint64_t DramArena::used() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return used_;
-}
-
-uint64_t DramArena::largest_free() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  uint64_t best = 0;
-  for (const auto& [off, len] : free_) best = std::max(best, len);
-  return best;
+Result<uint64_t> DramArena::Allocate(uint64_t bytes, uint64_t hint) {
+  auto off = alloc_.Allocate(bytes, hint);
+  if (!off.ok()) return off.status().WithContext("DRAM arena");
+  return off;
 }
 
 }  // namespace flatcake

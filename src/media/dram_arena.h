@@ -1,19 +1,17 @@
 // DramArena: the DRAM medium. One anonymous mapping made once at start-up and pre-faulted, backed
 // by reserved huge pages when the system has them, else transparent huge pages, else plain pages.
-// Space is handed out as 4 KiB-aligned ranges (a scope's segments); freed ranges coalesce with
-// their neighbours.
+// Space is handed out as 4 KiB-aligned ranges (a scope's segments) by an ExtentAllocator.
 //
 // Thread safety: Allocate/Free/used() are internally synchronised. base() is immutable.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "flatcake/options.h"
 #include "flatcake/status.h"
+#include "media/extent_allocator.h"
 
 namespace flatcake {
 
@@ -32,14 +30,14 @@ class DramArena {
   // "hugetlb", "thp" or "plain".
   const std::string& page_mode() const { return page_mode_; }
 
-  // Returns the offset of a free range of `bytes` (rounded up to kAlignment), first fit.
-  // NoSpace when no free range is large enough.
-  Result<uint64_t> Allocate(uint64_t bytes);
+  // Returns the offset of a free range of `bytes` (rounded up to kAlignment): at `hint` when that
+  // range is free, else first fit. NoSpace when no free range is large enough.
+  Result<uint64_t> Allocate(uint64_t bytes, uint64_t hint = ExtentAllocator::kNoHint);
   // REQUIRES: (offset, bytes) was returned by Allocate with the same `bytes` and not freed since.
-  void Free(uint64_t offset, uint64_t bytes);
+  void Free(uint64_t offset, uint64_t bytes) { alloc_.Free(offset, bytes); }
 
-  uint64_t used() const;
-  uint64_t largest_free() const;
+  uint64_t used() const { return alloc_.used(); }
+  uint64_t largest_free() const { return alloc_.largest_free(); }
 
  private:
   DramArena(uint8_t* base, uint64_t capacity, std::string page_mode);
@@ -47,9 +45,7 @@ class DramArena {
   uint8_t* const base_;
   const uint64_t capacity_;
   const std::string page_mode_;
-  mutable std::mutex mu_;
-  std::map<uint64_t, uint64_t> free_;  // offset -> length, non-adjacent (coalesced)
-  uint64_t used_ = 0;
+  ExtentAllocator alloc_;
 };
 
 }  // namespace flatcake

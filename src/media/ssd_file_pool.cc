@@ -110,7 +110,7 @@ Result<std::unique_ptr<SsdFilePool>> SsdFilePool::Create(const Options& o) {
       return Status::FromErrno(errno, "fallocate SSD pool file '" + path + "'");
     }
   }
-  for (uint64_t i = nfiles; i-- > 0;) pool->free_.push_back(static_cast<uint32_t>(i));
+  pool->alloc_ = std::make_unique<ExtentAllocator>(nfiles * o.file_bytes, o.file_bytes, kAlignment);
   return pool;
 }
 
@@ -120,24 +120,10 @@ SsdFilePool::~SsdFilePool() {
   for (int fd : lock_fds_) close(fd);  // releases the flock
 }
 
-Result<uint32_t> SsdFilePool::AllocateFile() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (free_.empty()) {
-    return Status::NoSpace("SSD pool: all " + std::to_string(fds_.size()) + " files are in use");
-  }
-  uint32_t f = free_.back();
-  free_.pop_back();
-  return f;
-}
-
-void SsdFilePool::FreeFile(uint32_t file) {
-  std::lock_guard<std::mutex> lock(mu_);
-  free_.insert(std::upper_bound(free_.begin(), free_.end(), file, std::greater<>()), file);
-}
-
-uint32_t SsdFilePool::free_files() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<uint32_t>(free_.size());
+Result<uint64_t> SsdFilePool::Allocate(uint64_t bytes, uint64_t hint) {
+  auto off = alloc_->Allocate(bytes, hint);
+  if (!off.ok()) return off.status().WithContext("SSD pool");
+  return off;
 }
 
 }  // namespace flatcake

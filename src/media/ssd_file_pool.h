@@ -1,13 +1,14 @@
 // SsdFilePool: the SSD medium. A fixed set of pre-allocated (fallocate) files spread round-robin
-// over one or more directories (one per drive), opened O_DIRECT. A scope owns whole files; a file
-// returns to the pool when its scope is reclaimed. The pool's address space is the concatenation
-// of its files: pool offset = file index * file_bytes + offset in file (the GVA offset on SSD).
+// over one or more directories (one per drive), opened O_DIRECT. The pool's address space is the
+// concatenation of its files: pool offset = file index * file_bytes + offset in file (the GVA
+// offset on SSD). Space is handed out as 4 KiB-aligned extents (a scope's segments) that never
+// span two files, so many small sessions share a file and a large one spreads over several.
 //
 // Each directory is locked (flock on <dir>/flatcake.lock) so two stores never share pool files.
 // Pool files are scratch space: the index lives in memory, so a new store starts empty and reuses
 // (re-allocates) files left by an earlier run.
 //
-// Thread safety: AllocateFile/FreeFile/free_files are internally synchronised; the rest is
+// Thread safety: Allocate/Free/used/largest_free are internally synchronised; the rest is
 // immutable after Create.
 #pragma once
 
@@ -16,12 +17,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "flatcake/options.h"
 #include "flatcake/status.h"
+#include "media/extent_allocator.h"
 
 namespace flatcake {
 
@@ -55,10 +56,14 @@ class SsdFilePool {
   // Why buffered I/O is in use, when it is.
   const std::string& note() const { return note_; }
 
-  // Takes a free file (lowest index first). NoSpace when every file is owned.
-  Result<uint32_t> AllocateFile();
-  void FreeFile(uint32_t file);
-  uint32_t free_files() const;
+  // Returns the pool offset of a free extent of `bytes` (rounded up to 4 KiB) inside one file: at
+  // `hint` when that range is free (a scope continuing where its last segment ended), else first
+  // fit. NoSpace when no file has such a free range; InvalidArgument above file_bytes().
+  Result<uint64_t> Allocate(uint64_t bytes, uint64_t hint = ExtentAllocator::kNoHint);
+  // REQUIRES: (offset, bytes) was returned by Allocate with the same `bytes` and not freed since.
+  void Free(uint64_t offset, uint64_t bytes) { alloc_->Free(offset, bytes); }
+  uint64_t used() const { return alloc_->used(); }
+  uint64_t largest_free() const { return alloc_->largest_free(); }
 
  private:
   SsdFilePool() = default;
@@ -69,8 +74,7 @@ class SsdFilePool {
   std::vector<int> fds_;
   std::vector<std::string> paths_;
   std::vector<int> lock_fds_;
-  mutable std::mutex mu_;
-  std::vector<uint32_t> free_;  // kept sorted descending so back() is the lowest index
+  std::unique_ptr<ExtentAllocator> alloc_;
 };
 
 }  // namespace flatcake

@@ -39,16 +39,42 @@ TEST(SsdFilePool, PreallocatesFilesRoundRobinOverDirectories) {
   EXPECT_TRUE((*pool)->direct());
 }
 
-TEST(SsdFilePool, AllocatesLowestFreeFileAndRefusesWhenFull) {
+TEST(SsdFilePool, SmallExtentsShareFilesAndNoneSpansTwo) {
+  TempDir a;
+  auto pool = SsdFilePool::Create(PoolOptions({a.path()}));  // 8 files of 1 MiB
+  ASSERT_TRUE(pool.ok());
+  SsdFilePool& p = **pool;
+  // Three small sessions pack into the first file instead of taking one file each.
+  EXPECT_EQ(*p.Allocate(64 * kKiB), 0u);
+  EXPECT_EQ(*p.Allocate(64 * kKiB), 64 * kKiB);
+  EXPECT_EQ(*p.Allocate(100), 128 * kKiB);  // rounded up to 4 KiB
+  EXPECT_EQ(p.used(), 132 * kKiB);
+  // 900 KiB does not fit in what is left of file 0, so it starts file 1.
+  EXPECT_EQ(*p.Allocate(900 * kKiB), 1 * kMiB);
+  // Continuing at a hint: the session's next segment lands right after its last one.
+  EXPECT_EQ(*p.Allocate(100 * kKiB, 1 * kMiB + 900 * kKiB), 1 * kMiB + 900 * kKiB);
+  // A hint whose range would cross into the next file is not honoured.
+  const uint64_t off = *p.Allocate(200 * kKiB, 1 * kMiB + 1000 * kKiB);
+  EXPECT_NE(off, 1 * kMiB + 1000 * kKiB);
+  EXPECT_EQ(off / kMiB, (off + 200 * kKiB - 1) / kMiB) << "extent spans two files";
+  EXPECT_TRUE(p.Allocate(2 * kMiB).status().IsInvalidArgument());
+}
+
+TEST(SsdFilePool, RefusesWhenFullAndReusesFreedSpace) {
   TempDir a;
   auto pool = SsdFilePool::Create(PoolOptions({a.path()}));
   ASSERT_TRUE(pool.ok());
-  for (uint32_t i = 0; i < 8; ++i) EXPECT_EQ(*(*pool)->AllocateFile(), i);
-  EXPECT_TRUE((*pool)->AllocateFile().status().IsNoSpace());
-  (*pool)->FreeFile(5);
-  (*pool)->FreeFile(2);
-  EXPECT_EQ(*(*pool)->AllocateFile(), 2u);
-  EXPECT_EQ(*(*pool)->AllocateFile(), 5u);
+  SsdFilePool& p = **pool;
+  for (uint32_t i = 0; i < 8; ++i) EXPECT_EQ(*p.Allocate(1 * kMiB), uint64_t{i} * kMiB);
+  Result<uint64_t> full = p.Allocate(4096);
+  ASSERT_TRUE(full.status().IsNoSpace());
+  EXPECT_NE(full.status().ToString().find("SSD pool"), std::string::npos)
+      << full.status().ToString();
+  p.Free(5 * kMiB, 1 * kMiB);
+  p.Free(2 * kMiB, 1 * kMiB);
+  EXPECT_EQ(p.used(), 6 * kMiB);
+  EXPECT_EQ(*p.Allocate(512 * kKiB), 2 * kMiB);
+  EXPECT_EQ(*p.Allocate(1 * kMiB), 5 * kMiB);
 }
 
 TEST(SsdFilePool, FallsBackToBufferedIoWhenODirectIsRefused) {

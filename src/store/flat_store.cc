@@ -115,7 +115,7 @@ uint64_t FlatStore::Capacity(MediaType m) const {
 }
 uint64_t FlatStore::Used(MediaType m) const {
   if (m == MediaType::kDram) return dram_ ? dram_->used() : 0;
-  return ssd_ ? uint64_t{ssd_->num_files() - ssd_->free_files()} * ssd_->file_bytes() : 0;
+  return ssd_ ? ssd_->used() : 0;
 }
 
 uint64_t FlatStore::NowNs() const {
@@ -268,9 +268,10 @@ Status FlatStore::PlaceBatch(const WriteHints& hints, std::span<const Key> keys,
   if (!MediumEnabled(medium))
     medium = medium == MediaType::kDram ? MediaType::kSsd : MediaType::kDram;
   if (!MediumEnabled(medium)) return Status::InvalidArgument("requested medium is disabled");
-  if (medium == MediaType::kSsd && layout.block_bytes() > ssd_->file_bytes()) {
+  if (MediumEnabled(MediaType::kSsd) && BlocksFitting(layout, ssd_->file_bytes()) == 0) {
+    // Checked whatever the medium: a DRAM batch may spill to SSD.
     return Status::InvalidArgument("a block of " + layout.ToString() +
-                                   " exceeds the SSD pool "
+                                   " (with each layer run padded to 4 KiB) exceeds the SSD pool "
                                    "file size; raise ssd_file_bytes");
   }
 
@@ -342,9 +343,6 @@ Result<uint32_t> FlatStore::NewScopeLocked(MediaType medium, const KvLayout& lay
   s.medium = medium;
   s.layout = layout;
   s.session = session;
-  s.files.clear();
-  s.file_cursor = 0;
-  s.dram_ranges.clear();
   s.segments.clear();
   s.keys.clear();
   s.used_bytes = 0;
@@ -354,9 +352,18 @@ Result<uint32_t> FlatStore::NewScopeLocked(MediaType medium, const KvLayout& lay
   return id;
 }
 
+void FlatStore::FreeExtentLocked(MediaType medium, const Segment& seg) {
+  if (medium == MediaType::kDram) {
+    dram_->Free(seg.base, seg.bytes);
+  } else {
+    ssd_->Free(seg.base, seg.bytes);
+  }
+}
+
 Status FlatStore::AllocateSegmentsLocked(ScopeSlot& scope, uint32_t n,
                                          std::vector<PendingSegment>* segs) {
   const KvLayout& layout = scope.layout;
+  const bool dram = scope.medium == MediaType::kDram;
   const uint64_t runs = uint64_t{layout.num_layers} * layout.num_planes;
   uint32_t done = 0;
   // Segments allocated by this call, rolled back if a later one fails.
@@ -366,53 +373,32 @@ Status FlatStore::AllocateSegmentsLocked(ScopeSlot& scope, uint32_t n,
       const Segment& seg = (*segs)[i].seg;
       scope.segments.pop_back();
       scope.used_bytes -= seg.bytes;
-      if (scope.medium == MediaType::kDram) {
-        dram_->Free(seg.base, seg.bytes);
-        scope.dram_ranges.pop_back();
-      } else {
-        scope.file_cursor -= seg.bytes;  // segments in one file are appended back to back
-      }
+      FreeExtentLocked(scope.medium, seg);
     }
     segs->resize(first_new);
   };
   while (done < n) {
+    // A segment is one extent: at most one SSD pool file, halved until the medium has a free
+    // range that large. It goes where the scope's last segment ended when that space is free.
     uint64_t want = n - done;
+    if (!dram) want = std::min(want, BlocksFitting(layout, ssd_->file_bytes()));
+    const uint64_t hint = scope.segments.empty()
+                              ? ExtentAllocator::kNoHint
+                              : scope.segments.back().base + scope.segments.back().bytes;
     Segment seg;
-    if (scope.medium == MediaType::kDram) {
-      // Largest chunk that the arena can give contiguously.
-      Result<uint64_t> off = Status::NoSpace("");
-      while (want > 0) {
-        seg.run_stride = RunStride(layout, want);
-        seg.bytes = runs * seg.run_stride;
-        off = dram_->Allocate(seg.bytes);
-        if (off.ok()) break;
-        want /= 2;
-      }
-      if (!off.ok()) {
-        rollback();
-        return Status::NoSpace("DRAM arena full");
-      }
-      seg.base = *off;
-      scope.dram_ranges.emplace_back(seg.base, seg.bytes);
-    } else {
-      const uint64_t fb = ssd_->file_bytes();
-      uint64_t fit = scope.files.empty() ? 0 : BlocksFitting(layout, fb - scope.file_cursor);
-      if (fit == 0) {
-        auto f = ssd_->AllocateFile();
-        if (!f.ok()) {
-          rollback();
-          return f.status();
-        }
-        scope.files.push_back(*f);
-        scope.file_cursor = 0;
-        fit = BlocksFitting(layout, fb);
-      }
-      want = std::min(want, fit);
+    Result<uint64_t> off = Status::NoSpace("");
+    while (want > 0) {
       seg.run_stride = RunStride(layout, want);
       seg.bytes = runs * seg.run_stride;
-      seg.base = uint64_t{scope.files.back()} * fb + scope.file_cursor;
-      scope.file_cursor += seg.bytes;
+      off = dram ? dram_->Allocate(seg.bytes, hint) : ssd_->Allocate(seg.bytes, hint);
+      if (off.ok()) break;
+      want /= 2;
     }
+    if (!off.ok()) {
+      rollback();
+      return off.status();
+    }
+    seg.base = *off;
     seg.num_blocks = static_cast<uint32_t>(want);
     scope.used_bytes += seg.bytes;
     scope.segments.push_back(seg);
@@ -482,8 +468,7 @@ Status FlatStore::WriteSegment(const ScopeSlot& scope, const PendingSegment& ps,
 
 void FlatStore::ReleaseScopeLocked(uint32_t id, uint32_t retired_gen) {
   ScopeSlot& s = scopes_[id];
-  for (const auto& [off, len] : s.dram_ranges) dram_->Free(off, len);
-  for (uint32_t f : s.files) ssd_->FreeFile(f);
+  for (const Segment& seg : s.segments) FreeExtentLocked(s.medium, seg);
   for (const Key& k : s.keys) index_->Erase(k, id, retired_gen);
   // Forget the session once none of its scopes is left, so session metadata does not outlive
   // the data (anonymous one-batch sessions would otherwise accumulate forever).
@@ -503,8 +488,6 @@ void FlatStore::ReleaseScopeLocked(uint32_t id, uint32_t retired_gen) {
     }
   }
   s.session.clear();
-  s.dram_ranges.clear();
-  s.files.clear();
   s.segments.clear();
   s.keys.clear();
   s.used_bytes = 0;
@@ -529,8 +512,7 @@ uint64_t FlatStore::ReclaimLocked(MediaType medium, uint64_t target_used, uint32
     ScopeSlot& s = scopes_[id];
     const uint32_t gen = s.generation();
     if (!s.TryRetire(gen)) continue;  // a reader pinned it meanwhile
-    const uint64_t bytes =
-        medium == MediaType::kDram ? s.used_bytes : uint64_t{s.files.size()} * ssd_->file_bytes();
+    const uint64_t bytes = s.used_bytes;
     ReleaseScopeLocked(id, gen);
     freed += bytes;
     mc.reclaimed.fetch_add(bytes, std::memory_order_relaxed);

@@ -86,6 +86,7 @@ class FlatStore final : public Store {
   Result<uint32_t> NewScopeLocked(MediaType medium, const KvLayout& layout,
                                   const std::string& session);
   Status AllocateSegmentsLocked(ScopeSlot& scope, uint32_t n, std::vector<PendingSegment>* segs);
+  void FreeExtentLocked(MediaType medium, const Segment& seg);
   Status WriteSegment(const ScopeSlot& scope, const PendingSegment& ps, const KvLayout& layout,
                       const BlockBuffers& src, std::span<const uint32_t> batch_index);
   // REQUIRES: the slot was retired from generation `retired_gen` (TryRetire succeeded).

@@ -65,6 +65,18 @@ class FlatStoreTest : public ::testing::Test {
     return r->hits;
   }
 
+  // Puts one turn of session `session` on SSD.
+  void PutTurn(std::span<const Key> keys, const std::string& session) {
+    HostBlocks src(kLayout, keys.size());
+    src.Fill(std::vector<Key>(keys.begin(), keys.end()));
+    WriteHints h;
+    h.session = session;
+    h.force_medium = MediaType::kSsd;
+    auto r = store_->Put(keys, kLayout, src.buffers(), h);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->written, keys.size());
+  }
+
   TempDir dir_;
   std::unique_ptr<FlatStore> store_;
 };
@@ -232,17 +244,70 @@ TEST_F(FlatStoreTest, FullDramSpillsToSsdAndReclaimsOldestScopesFirst) {
   EXPECT_EQ(s.dram.written_bytes, s.dram.admitted_bytes);
 }
 
-TEST_F(FlatStoreTest, SsdFullReclaimsWholeScopesWithoutWriteBack) {
-  // 16 files of 4 MiB; each scope of 20 blocks (2.5 MiB) takes one file.
+TEST_F(FlatStoreTest, SmallScopesShareSsdFilesAndFullSsdReclaimsWholeScopes) {
+  // 64 MiB of SSD in 4 MiB files; each scope of 8 blocks is 1 MiB, so four share a file and 40
+  // fit without any reclamation (were a scope to own whole files, only 16 would).
   std::vector<std::vector<Key>> scopes;
   for (int i = 0; i < 40; ++i) {
-    scopes.push_back(MakeKeys(200 + i, 0, 20));
-    EXPECT_EQ(PutKeys(scopes.back(), MediaType::kSsd).written, 20u);
+    scopes.push_back(MakeKeys(200 + i, 0, 8));
+    EXPECT_EQ(PutKeys(scopes.back(), MediaType::kSsd).written, 8u);
   }
   StoreStats s = store_->GetStats();
-  EXPECT_GT(s.ssd.scopes_reclaimed, 20u);
-  EXPECT_EQ(s.ssd.written_bytes, s.ssd.admitted_bytes);  // nothing written twice
-  EXPECT_EQ(GetAndVerify(scopes.back()), 20u);
+  EXPECT_EQ(s.ssd.scopes_reclaimed, 0u);
+  EXPECT_EQ(s.ssd.used_bytes, 40 * kMiB);
+  for (const auto& k : scopes) ASSERT_EQ(GetAndVerify(k), 8u);
+  // Overfill: the oldest scopes go whole, the newest survive, nothing is written twice.
+  for (int i = 40; i < 100; ++i) {
+    scopes.push_back(MakeKeys(200 + i, 0, 8));
+    EXPECT_EQ(PutKeys(scopes.back(), MediaType::kSsd).written, 8u);
+  }
+  s = store_->GetStats();
+  EXPECT_GE(s.ssd.scopes_reclaimed, 36u);
+  EXPECT_LE(s.ssd.used_bytes, s.ssd.capacity_bytes);
+  EXPECT_EQ(s.ssd.written_bytes, s.ssd.admitted_bytes);
+  EXPECT_EQ(store_->Exists(scopes.front()), 0u);
+  EXPECT_EQ(GetAndVerify(scopes.back()), 8u);
+  for (const auto& k : scopes) {
+    const size_t e = store_->Exists(k);
+    EXPECT_TRUE(e == 0 || e == 8) << "a scope is reclaimed whole";
+    if (e == 8) EXPECT_EQ(GetAndVerify(k), 8u);
+  }
+}
+
+TEST_F(FlatStoreTest, InterleavedSessionsShareFilesAndRestorePerSegment) {
+  // One session written in five turns, another session's block written between turns: the two
+  // share pool files, and the long session restores with one read per segment (its runs are
+  // back to back within a segment; the other session's block separates segments by more than
+  // Δgap).
+  auto keys = MakeKeys(400, 0, 20);
+  for (int t = 0; t < 5; ++t) {
+    PutTurn(std::span(keys).subspan(t * 4, 4), "long");
+    PutKeys(MakeKeys(500 + t, 0, 1), MediaType::kSsd);
+  }
+  GetResult r;
+  EXPECT_EQ(GetAndVerify(keys, &r), 20u);
+  EXPECT_EQ(r.ssd_reads, 5u);
+  EXPECT_EQ(store_->GetStats().ssd.used_bytes, 25 * kLayout.block_bytes());
+}
+
+TEST_F(FlatStoreTest, AGrowingSessionContinuesWhereItsLastSegmentEnded) {
+  // An older scope at the start of the pool is reclaimed, leaving a hole (set apart by another
+  // session's scope) that first fit would hand to the next segment; the growing session instead
+  // continues right after its own last segment, so its five turns restore as one read.
+  auto old_keys = MakeKeys(600, 0, 2);
+  PutTurn(old_keys, "old");
+  PutTurn(MakeKeys(601, 0, 2), "other");
+  auto keys = MakeKeys(602, 0, 10);
+  PutTurn(std::span(keys).subspan(0, 2), "long");
+  const uint64_t used = store_->GetStats().ssd.used_bytes;
+  const double keep =
+      static_cast<double>(used - 2 * kLayout.block_bytes()) / store_->GetStats().ssd.capacity_bytes;
+  EXPECT_EQ(store_->Reclaim(MediaType::kSsd, keep), 2 * kLayout.block_bytes());
+  ASSERT_EQ(store_->Exists(old_keys), 0u);
+  for (int t = 1; t < 5; ++t) PutTurn(std::span(keys).subspan(t * 2, 2), "long");
+  GetResult r;
+  EXPECT_EQ(GetAndVerify(keys, &r), 10u);
+  EXPECT_EQ(r.ssd_reads, 1u);  // 1.25 MiB, under the 4 MiB maximum read
 }
 
 TEST_F(FlatStoreTest, PinnedScopesAreNotReclaimed) {

@@ -29,7 +29,8 @@
 namespace flatcake {
 
 // One write batch inside a scope: [layer][plane][block], each (layer, plane) run `run_stride`
-// bytes (the blocks' slices back to back, padded to 4 KiB).
+// bytes (the blocks' slices back to back, padded to 4 KiB). Each segment is one extent of its
+// medium, allocated where the scope's previous segment ended whenever that space is free.
 struct Segment {
   uint64_t base = 0;  // medium offset (DRAM arena offset or SSD pool offset)
   uint32_t num_blocks = 0;
@@ -78,11 +79,8 @@ class ScopeSlot {
   MediaType medium = MediaType::kDram;
   KvLayout layout;
   std::string session;
-  std::vector<uint32_t> files;                             // SSD: owned pool files, in order
-  uint64_t file_cursor = 0;                                // SSD: next free byte in files.back()
-  std::vector<std::pair<uint64_t, uint64_t>> dram_ranges;  // DRAM: (offset, bytes) owned
-  std::vector<Segment> segments;
-  std::vector<Key> keys;  // published keys, erased from the index at reclamation
+  std::vector<Segment> segments;  // also the extents the scope owns on its medium
+  std::vector<Key> keys;          // published keys, erased from the index at reclamation
   uint64_t used_bytes = 0;
   uint64_t blocks = 0;
 
