@@ -372,7 +372,8 @@ void RegisterReplayCommand(CLI::App& app, int* exit_code) {
                   "Tiered: prefetch timeout per 1024 tokens (s)");
   cmd->add_option("--promotion-rereads", a.o.tiered.promotion_rereads,
                   "Tiered: a promotion reads the object from SSD again (true/false)");
-  cmd->add_option("--flat-file-bytes", a.o.flat_file_bytes, "Flat: SSD pool file size")
+  cmd->add_option("--flat-file-bytes", a.o.flat_file_bytes,
+                  "Flat: SSD pool file size (sessions share files; a segment never spans two)")
       ->transform(size);
   cmd->add_option("--window-bytes", a.o.flat_window_bytes, "Flat: FC-MAS / restore window")
       ->transform(size);

@@ -20,8 +20,9 @@ void AddStoreFlags(CLI::App* app, StoreOptions* o, StoreFlagText* text) {
   app->add_option("--ssd-bytes", o->ssd_bytes, "SSD pool capacity over all directories")
       ->transform(size)
       ->capture_default_str();
-  app->add_option("--ssd-file-bytes", o->ssd_file_bytes,
-                  "Size of each pre-allocated pool file (a scope owns whole files)")
+  app->add_option(
+         "--ssd-file-bytes", o->ssd_file_bytes,
+         "Size of each pre-allocated pool file (sessions share files; a segment never spans two)")
       ->transform(size)
       ->capture_default_str();
   app->add_option("--direct-io", text->direct_io,

@@ -665,8 +665,12 @@ Result<ReplayReport> RunReplay(const std::vector<trace::TraceRequest>& requests,
     StoreOptions so;
     so.dram_bytes = o.dram_bytes;
     so.ssd_dirs = {o.dir};
-    so.ssd_bytes = o.ssd_bytes / o.flat_file_bytes * o.flat_file_bytes;
-    so.ssd_file_bytes = o.flat_file_bytes;
+    // As many pool files as --flat-file-bytes asks for, resized so they add up to the SSD
+    // budget (to 4 KiB per file): both policies get the same capacity.
+    const uint64_t files =
+        std::max<uint64_t>(1, (o.ssd_bytes + o.flat_file_bytes - 1) / o.flat_file_bytes);
+    so.ssd_file_bytes = std::max<uint64_t>(4096, o.ssd_bytes / files / 4096 * 4096);
+    so.ssd_bytes = so.ssd_file_bytes * files;
     so.tokens_per_block = block_tokens;
     so.tau_tokens = o.tau_tokens;
     so.l_agent_tokens = o.l_agent_tokens;

@@ -55,7 +55,7 @@ struct ReplayOptions {
   uint64_t key_namespace = 0x5eed;
 
   // Flat store knobs (the rest are StoreOptions defaults).
-  uint64_t flat_file_bytes = 4ull << 20;     // SSD pool file (a scope owns whole files)
+  uint64_t flat_file_bytes = 256ull << 20;   // SSD pool file (a segment never spans two)
   uint64_t flat_window_bytes = 64ull << 20;  // FC-MAS window and restore staging window
   uint64_t tau_tokens = 512;
   uint64_t l_agent_tokens = 32768;
