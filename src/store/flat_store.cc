@@ -251,11 +251,17 @@ Status FlatStore::PlaceBatch(const WriteHints& hints, std::span<const Key> keys,
   auto session_it = sessions_.try_emplace(name).first;
   Session& s = session_it->second;
   // Reclamation below must not forget the session being placed (we hold a reference to it).
+  // Afterwards, a session left without any live scope (a new one whose placement failed, or one
+  // whose last scope was reclaimed to make room) is forgotten, as reclamation would have done.
   placing_session_ = &session_it->first;
-  struct ClearPlacing {
-    const std::string** p;
-    ~ClearPlacing() { *p = nullptr; }
-  } clear_placing{&placing_session_};
+  struct FinishPlacing {
+    FlatStore* store;
+    std::unordered_map<std::string, Session>::iterator it;
+    ~FinishPlacing() {
+      store->placing_session_ = nullptr;
+      if (!store->SessionAliveLocked(it->second)) store->ForgetSessionLocked(it);
+    }
+  } finish_placing{this, session_it};
 
   PlacementInput in;
   in.shared_prefix = hints.shared_prefix;
@@ -466,6 +472,22 @@ Status FlatStore::WriteSegment(const ScopeSlot& scope, const PendingSegment& ps,
   return Status::OK();
 }
 
+bool FlatStore::SessionAliveLocked(const Session& sess) const {
+  for (int m = 0; m < 2; ++m) {
+    const uint32_t sid = sess.scope[m];
+    if (sid != UINT32_MAX && scopes_[sid].live() &&
+        scopes_[sid].generation() == sess.scope_gen[m]) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void FlatStore::ForgetSessionLocked(std::unordered_map<std::string, Session>::iterator it) {
+  if (it->second.has_tail) tails_.erase(it->second.tail);
+  sessions_.erase(it);
+}
+
 void FlatStore::ReleaseScopeLocked(uint32_t id, uint32_t retired_gen) {
   ScopeSlot& s = scopes_[id];
   for (const Segment& seg : s.segments) FreeExtentLocked(s.medium, seg);
@@ -477,15 +499,7 @@ void FlatStore::ReleaseScopeLocked(uint32_t id, uint32_t retired_gen) {
     Session& sess = it->second;
     const int mi = static_cast<int>(s.medium);
     if (sess.scope[mi] == id && sess.scope_gen[mi] == retired_gen) sess.scope[mi] = UINT32_MAX;
-    auto alive = [&](int m) {
-      const uint32_t sid = sess.scope[m];
-      return sid != UINT32_MAX && scopes_[sid].live() &&
-             scopes_[sid].generation() == sess.scope_gen[m];
-    };
-    if (!alive(0) && !alive(1)) {
-      if (sess.has_tail) tails_.erase(sess.tail);
-      sessions_.erase(it);
-    }
+    if (!SessionAliveLocked(sess)) ForgetSessionLocked(it);
   }
   s.session.clear();
   s.segments.clear();

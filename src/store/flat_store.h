@@ -89,6 +89,9 @@ class FlatStore final : public Store {
   void FreeExtentLocked(MediaType medium, const Segment& seg);
   Status WriteSegment(const ScopeSlot& scope, const PendingSegment& ps, const KvLayout& layout,
                       const BlockBuffers& src, std::span<const uint32_t> batch_index);
+  // Whether any of the session's scopes is still live (REQUIRES: mu_ held).
+  bool SessionAliveLocked(const Session& sess) const;
+  void ForgetSessionLocked(std::unordered_map<std::string, Session>::iterator it);
   // REQUIRES: the slot was retired from generation `retired_gen` (TryRetire succeeded).
   void ReleaseScopeLocked(uint32_t id, uint32_t retired_gen);
   uint64_t ReclaimLocked(MediaType medium, uint64_t target_used, uint32_t keep_scope);

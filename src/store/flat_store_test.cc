@@ -166,6 +166,16 @@ TEST_F(FlatStoreTest, BadInputIsRejectedAndTheStoreKeepsWorking) {
   // Unknown keys are misses, not errors.
   GetResult r;
   EXPECT_EQ(GetAndVerify(MakeKeys(6, 0, 3), &r), 0u);
+  // A block too large for one pool file is refused, and leaves no session record behind.
+  const uint64_t sessions = store_->GetStats().sessions;
+  const KvLayout huge{64, 2, 64 * 1024};  // 8 MiB blocks, 4 MiB pool files
+  std::vector<uint8_t> big(huge.block_bytes());
+  void* one[] = {big.data()};
+  WriteHints h;
+  h.session = "too-big";
+  auto refused = store_->Put(MakeKeys(7, 0, 1), huge, {BufferKind::kBlockContiguous, one}, h);
+  EXPECT_TRUE(refused.status().IsInvalidArgument()) << refused.status().ToString();
+  EXPECT_EQ(store_->GetStats().sessions, sessions);
   // Still usable.
   EXPECT_EQ(GetAndVerify(keys), 4u);
 }
