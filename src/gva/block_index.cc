@@ -8,7 +8,9 @@
 // RESERVED also allowed to go to TOMBSTONE). Hence a word value never repeats and "the word is
 // unchanged" means "nothing happened to the slot". The fingerprint lets probes skip foreign keys
 // without reading the slot's cache line: with one 64-byte line per probe, a miss at 90% load
-// walked ~50 lines; the dense state array makes that ~7.
+// walked ~50 lines; the dense state array makes that ~7, and the home slot's reach bound (the
+// farthest any key of that home was ever placed, kept in the home's key/entry line) cuts the
+// walk of long misses to that distance.
 //
 // Memory ordering: every store to a key or entry field is a release store and every load of one
 // is an acquire load (plain moves on x86). A reader that copied a field written by the next
@@ -18,9 +20,14 @@
 // needs a single total order of the claimers' "key visible" CAS and their re-scans.
 #include "gva/block_index.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <bit>
 #include <cassert>
+#include <cstdlib>
+#include <new>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -34,6 +41,8 @@ constexpr uint64_t kReserved = 3;   // won; pending until Publish or Abort
 constexpr uint64_t kPublished = 4;
 constexpr uint64_t kTombstone = 5;
 constexpr uint64_t kStateMask = 7;
+constexpr size_t kCacheLine = 64;
+constexpr size_t kStatesPerLine = kCacheLine / sizeof(uint64_t);
 constexpr int kFingerprintShift = 3;
 constexpr uint64_t kFingerprintMask = uint64_t{0xFFFF} << kFingerprintShift;
 constexpr int kVersionShift = 19;
@@ -58,6 +67,7 @@ constexpr uint64_t ClaimWord(uint64_t old, uint64_t fp_bits) {
 }
 
 constexpr size_t kMinCapacity = 64;
+constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kMaxCapacity = size_t{1} << 40;
 
 constexpr auto kAcq = std::memory_order_acquire;
@@ -76,15 +86,38 @@ struct alignas(64) BlockIndex::Slot {
   std::atomic<uint64_t> checksum{0};
   std::atomic<uint64_t> scope{0};     // scope_id | scope_gen << 32
   std::atomic<uint64_t> location{0};  // segment | block << 32
+  // Not part of this slot's entry: the probe bound of the keys whose home this slot is (see the
+  // header). It shares the line so that a lookup's first line read brings its bound too.
+  std::atomic<uint64_t> reach{0};
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
+void BlockIndex::FreeArray::operator()(void* p) const { std::free(p); }
+
+// Lookups probe both arrays at random. With 4 KiB pages a table of a few million slots (tens to
+// hundreds of MiB) costs a TLB miss and page walk on top of nearly every cache miss; 2 MiB pages
+// cover the arrays with a few hundred TLB entries. The advice is best effort: without
+// transparent huge pages the arrays simply use small pages.
+void* BlockIndex::AllocateArray(size_t bytes) {
+  const size_t align = bytes >= kHugePage ? kHugePage : kCacheLine;
+  const size_t rounded = (bytes + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  if (align == kHugePage) (void)madvise(p, rounded, MADV_HUGEPAGE);
+  return p;
+}
+
 BlockIndex::BlockIndex(size_t capacity) {
   static_assert(sizeof(Slot) == 64, "a slot's key and entry must fill exactly one cache line");
+  static_assert(std::is_trivially_destructible_v<Slot> &&
+                std::is_trivially_destructible_v<std::atomic<uint64_t>>);
   size_t cap = std::bit_ceil(std::clamp(capacity, kMinCapacity, kMaxCapacity));
-  states_.reset(new std::atomic<uint64_t>[cap]);
-  for (size_t i = 0; i < cap; ++i) states_[i].store(kEmpty, std::memory_order_relaxed);
-  slots_.reset(new Slot[cap]);
+  auto* states = static_cast<std::atomic<uint64_t>*>(AllocateArray(cap * sizeof(uint64_t)));
+  states_.reset(states);
+  for (size_t i = 0; i < cap; ++i) new (&states[i]) std::atomic<uint64_t>(kEmpty);
+  auto* slots = static_cast<Slot*>(AllocateArray(cap * sizeof(Slot)));
+  slots_.reset(slots);
+  for (size_t i = 0; i < cap; ++i) new (&slots[i]) Slot();
   mask_ = cap - 1;
   max_live_ = static_cast<size_t>(kMaxLoadFactor * static_cast<double>(cap));
 }
@@ -207,8 +240,19 @@ BlockIndex::ReserveOutcome BlockIndex::Reserve(const Key& key, Reservation* out)
       (void)ok;
     }
 
-    // Step 3.
+    // Raise the home's reach to cover our slot before the key can become visible to lookups
+    // (Publish's release CAS orders this store before it). A later Abort leaves it raised: the
+    // bound only needs to be an upper bound.
     const size_t my_pos = (target - home) & mask_;
+    {
+      std::atomic<uint64_t>& reach = slots_[home].reach;
+      uint64_t r = reach.load(std::memory_order_relaxed);
+      while (r < my_pos + 1 &&
+             !reach.compare_exchange_weak(r, my_pos + 1, kRel, std::memory_order_relaxed)) {
+      }
+    }
+
+    // Step 3.
     bool restart = false;
     for (size_t n = 0; n <= mask_ && !restart; ++n) {
       if (n == my_pos) continue;
@@ -274,28 +318,117 @@ void BlockIndex::Abort(Reservation r) {
 
 bool BlockIndex::Lookup(const Key& key, IndexEntry* out) const {
   const uint64_t hash = Hash(key);
+  // Many hits sit in their home slot: fetch its key/entry line while the state line is still on
+  // its way, so the two cache misses overlap instead of following one another.
+  __builtin_prefetch(&slots_[static_cast<size_t>(hash) & mask_]);
+  return LookupHashed(key, hash, out);
+}
+
+// A plain slot-by-slot loop on purpose: a branch-free scan of a whole state line (match and
+// EMPTY bit masks) measured slower both in cache (more work per hit) and out of it, because the
+// key/entry load then depends on the computed mask instead of being issued speculatively.
+bool BlockIndex::LookupHashed(const Key& key, uint64_t hash, IndexEntry* out) const {
   const uint64_t want = FingerprintBits(hash) | kPublished;
   const uint64_t want_mask = kFingerprintMask | kStateMask;
-  size_t idx = static_cast<size_t>(hash) & mask_;
-  // Most hits sit in or next to their home slot: fetch its key/entry line while the state line
-  // is still on its way, so the two cache misses overlap instead of following one another.
-  __builtin_prefetch(&slots_[idx]);
-  for (size_t n = 0; n <= mask_; ++n, idx = (idx + 1) & mask_) {
-    uint64_t w = states_[idx].load(kAcq);
+  const size_t home = static_cast<size_t>(hash) & mask_;
+  size_t idx = home;
+  size_t bound = mask_ + 1;
+  for (size_t n = 0; n < bound; ++n, idx = (idx + 1) & mask_) {
+    // The reach bound is consulted only once the chain is a state line long: making the short
+    // probes of most hits wait for it (or mispredict on it) measured slower in batches.
+    if (n == kStatesPerLine) {
+      // A key published before this load has its distance inside the bound (Reserve raised it
+      // before the Publish we would have to see); one whose Publish is not yet visible was
+      // unpublished at this instant, so a miss is a correct answer for it.
+      bound = std::min<uint64_t>(slots_[home].reach.load(kAcq), bound);
+      if (n >= bound) return false;
+    }
+    const uint64_t w = states_[idx].load(kAcq);
     if (StateOf(w) == kEmpty) return false;
     if ((w & want_mask) != want) continue;
     const Slot& s = slots_[idx];
     if (s.key_hi.load(kAcq) != key.hi || s.key_lo.load(kAcq) != key.lo) continue;
-    const IndexEntry e = ReadEntry(s);
+    const uint64_t gva = s.gva.load(kAcq);
+    const uint64_t layer_stride = s.layer_stride.load(kAcq);
+    const uint64_t checksum = s.checksum.load(kAcq);
+    const uint64_t scope = s.scope.load(kAcq);
+    const uint64_t location = s.location.load(kAcq);
     // Validation: if the word changed, the copy may mix two owners; skip the slot. That is safe:
     // a key published throughout this call sits in a slot whose word does not change, and a key
     // whose slot changed was unpublished at some instant during the call (at most one live slot
     // per key), so a miss is a correct answer for it.
     if (states_[idx].load(kAcq) != w) continue;
-    *out = e;
+    // Field by field from registers: copying an IndexEntry assembled on the stack from 32-bit
+    // halves stalls on store forwarding.
+    out->gva = gva;
+    out->layer_stride = layer_stride;
+    out->checksum = checksum;
+    out->scope_id = static_cast<uint32_t>(scope);
+    out->scope_gen = static_cast<uint32_t>(scope >> 32);
+    out->segment = static_cast<uint32_t>(location);
+    out->block = static_cast<uint32_t>(location >> 32);
     return true;
   }
   return false;
+}
+
+// Batched lookups. A lookup on a table larger than the caches is a few dependent cache misses
+// (the home slot's line with the reach bound, the state line(s), the matching key/entry line) and
+// little else, so a loop of Lookup runs at one or two memory latencies per key. The pipeline
+// below issues the first misses of key i + kLookupAhead before probing key i, so those of
+// kLookupAhead keys are in flight together. (A deeper pipeline that also located and prefetched
+// the matching key/entry line measured no faster: its extra chain scan costs a mispredicted
+// branch per key, and speculative execution already overlaps much of that miss.) Prefetches are
+// hints; the probe is exactly Lookup's, so every answer is as correct as Lookup's.
+
+template <typename OnResult>
+size_t BlockIndex::LookupPipelined(std::span<const Key> keys, IndexEntry* out,
+                                   OnResult on_result) const {
+  constexpr size_t kAhead = kLookupAhead;
+  constexpr size_t kRing = std::bit_ceil(kAhead + 1);
+  uint64_t hashes[kRing];
+  const size_t n = keys.size();
+  for (size_t j = 0; j < n + kAhead; ++j) {
+    if (j < n) {
+      const uint64_t h = Hash(keys[j]);
+      hashes[j % kRing] = h;
+      // The home slot's key/entry line (with its reach) and its state line(s). Written out here
+      // rather than in a helper: GCC 12 judged such a helper free of side effects once inlined
+      // and dropped the prefetches (checked in the disassembly).
+      const size_t home = static_cast<size_t>(h) & mask_;
+      __builtin_prefetch(&slots_[home]);
+      __builtin_prefetch(&states_[home]);
+      // A chain starting in the second half of its state line usually continues into the next.
+      if ((home % kStatesPerLine) >= kStatesPerLine / 2) {
+        __builtin_prefetch(&states_[((home | (kStatesPerLine - 1)) + 1) & mask_]);
+      }
+    }
+    if (j >= kAhead) {
+      const size_t i = j - kAhead;
+      if (i >= n) break;
+      if (!on_result(i, LookupHashed(keys[i], hashes[i % kRing], &out[i]))) return i + 1;
+    }
+  }
+  return n;
+}
+
+size_t BlockIndex::LookupBatch(std::span<const Key> keys, IndexEntry* out, bool* found) const {
+  size_t hits = 0;
+  LookupPipelined(keys, out, [&](size_t i, bool hit) {
+    found[i] = hit;
+    hits += hit;
+    return true;
+  });
+  return hits;
+}
+
+size_t BlockIndex::LookupPrefix(std::span<const Key> keys, IndexEntry* out) const {
+  size_t leading = 0;
+  LookupPipelined(keys, out, [&](size_t, bool hit) {
+    leading += hit;
+    return hit;
+  });
+  return leading;
 }
 
 bool BlockIndex::Erase(const Key& key, uint32_t scope_id, uint32_t scope_gen) {
@@ -332,7 +465,10 @@ void BlockIndex::Compact() {
         Key{s.key_hi.load(std::memory_order_relaxed), s.key_lo.load(std::memory_order_relaxed)},
         ReadEntry(s));
   }
-  for (size_t i = 0; i <= mask_; ++i) states_[i].store(kEmpty, std::memory_order_relaxed);
+  for (size_t i = 0; i <= mask_; ++i) {
+    states_[i].store(kEmpty, std::memory_order_relaxed);
+    slots_[i].reach.store(0, std::memory_order_relaxed);
+  }
   live_.store(0, std::memory_order_relaxed);
   published_.store(0, std::memory_order_relaxed);
   tombstones_.store(0, std::memory_order_relaxed);

@@ -15,7 +15,9 @@
 // word unchanged knows the copy is consistent (seqlock-style validation).
 //
 // Thread safety and progress:
-//  - Lookup is wait-free: it probes at most capacity() slots, never waits and never writes.
+//  - Lookup, LookupBatch and LookupPrefix are wait-free: each key probes at most capacity()
+//    slots; they never wait and never write to shared memory (no counters, no state words). They
+//    use acquire loads only.
 //  - Reserve/Publish/Abort/Erase never block and never take locks. Publish, Abort and Erase are
 //    a bounded number of steps; Reserve retries only when another Reserve of the same key or a
 //    concurrent claim of the same free slot changed the table under it (lock-free).
@@ -31,6 +33,19 @@
 //  - A key lives in the probe chain of its home slot: every slot between its home and its own
 //    slot is non-EMPTY. Slots never return to EMPTY, so a probe that meets an EMPTY slot can stop.
 //  - Tombstoned slots are reused by later inserts (the first tombstone of the chain is taken).
+//  - Each slot's line carries a reach: an upper bound on 1 + the probe distance of every key
+//    whose home it is and that was ever reserved there (since the last Compact). It only grows,
+//    and Reserve raises it before the key can be published, so lookups probe at most `reach`
+//    slots from home instead of to the first EMPTY: a miss at 90% load stops after a few slots
+//    (none when no key has that home) rather than walking the whole cluster.
+//
+// Memory layout, for lookups (see block_index.cc for the figures): the state words sit in a
+// dense, 64-byte aligned array, eight per cache line, and the keys and entries in a second array,
+// one 64-byte line per slot. Both arrays are 2 MiB aligned and advised for transparent huge pages
+// so that a probe costs cache misses but rarely TLB misses. A hit touches the state line(s) from
+// its home slot to its own slot plus its own key/entry line; the batched lookups overlap those
+// misses across keys (software prefetch), which is what makes them several times faster per key
+// than a loop of Lookup on a table larger than the caches.
 //
 // Slots never return to EMPTY concurrently, so a long-lived table under insert/erase churn slowly
 // turns EMPTY slots into tombstones and misses probe further. tombstones() exposes the count and
@@ -41,6 +56,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "flatcake/gva.h"
 #include "flatcake/key.h"
@@ -89,6 +105,21 @@ class BlockIndex {
   // Wait-free lookup. Returns true and copies the entry when `key` is published.
   bool Lookup(const Key& key, IndexEntry* out) const;
 
+  // Batched lookup: for every i, found[i] = Lookup(keys[i], &out[i]) (out[i] is left untouched on
+  // a miss). Each key's home lines are prefetched kLookupAhead keys before it is probed, so the
+  // cache misses of that many keys overlap. Each key's answer is linearisable on its own (exactly
+  // as a Lookup at some instant during the call); the batch as a whole is not a snapshot.
+  // Duplicates are allowed. Returns the number of hits. REQUIRES: out and found have room for
+  // keys.size() elements (nothing is touched for an empty batch).
+  size_t LookupBatch(std::span<const Key> keys, IndexEntry* out, bool* found) const;
+  // Batched lookup of a prefix: looks up keys in order, as LookupBatch does, and stops at the
+  // first miss. Returns n, the number of leading keys found; out[0..n) hold their entries.
+  // (Up to kLookupAhead keys past the first miss are prefetched, never probed.)
+  size_t LookupPrefix(std::span<const Key> keys, IndexEntry* out) const;
+  // Pipeline distance of the batched lookups, in keys per stage: enough misses in flight to
+  // cover memory latency, few enough that prefetched lines are still cached when probed.
+  static constexpr size_t kLookupAhead = 12;
+
   // Tombstones `key` if it is published and its entry belongs to scope (scope_id, scope_gen).
   // Returns true when this call removed it.
   bool Erase(const Key& key, uint32_t scope_id, uint32_t scope_gen);
@@ -111,6 +142,13 @@ class BlockIndex {
 
  private:
   struct Slot;
+  // Frees an array allocated by AllocateArray (the elements are trivially destructible).
+  struct FreeArray {
+    void operator()(void* p) const;
+  };
+  // Raw, 64-byte aligned storage for `bytes` (2 MiB aligned and advised for huge pages when it is
+  // at least 2 MiB). Throws std::bad_alloc like new when memory is exhausted.
+  static void* AllocateArray(size_t bytes);
   // 64-bit mix of the key: the low bits pick the home slot, the top 16 the fingerprint.
   static uint64_t Hash(const Key& key);
   // Reads the key of slot `idx`; returns the state word re-read afterwards (the copy is valid
@@ -119,11 +157,18 @@ class BlockIndex {
   // Copies a slot's entry (acquire loads). The copy is valid only if the slot's state word is
   // unchanged afterwards (Lookup) or nothing runs concurrently (Compact).
   static IndexEntry ReadEntry(const Slot& s);
+  // Lookup of a key whose Hash is `hash`.
+  bool LookupHashed(const Key& key, uint64_t hash, IndexEntry* out) const;
+  // The pipeline behind LookupBatch and LookupPrefix: probes keys[i] into out[i] in order and
+  // calls on_result(i, found), stopping early when that returns false. Returns the number of
+  // keys probed.
+  template <typename OnResult>
+  size_t LookupPipelined(std::span<const Key> keys, IndexEntry* out, OnResult on_result) const;
   // Moves slot `idx` from `word` to TOMBSTONE (same version). False when the word changed.
   bool Tombstone(size_t idx, uint64_t word);
 
-  std::unique_ptr<std::atomic<uint64_t>[]> states_;
-  std::unique_ptr<Slot[]> slots_;  // key + entry, one cache line each
+  std::unique_ptr<std::atomic<uint64_t>[], FreeArray> states_;
+  std::unique_ptr<Slot[], FreeArray> slots_;  // key + entry, one cache line each
   size_t mask_;
   size_t max_live_;
   // Reserve calls in flight + RESERVED + PUBLISHED slots: each Reserve takes one unit up front

@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <barrier>
+#include <memory>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -244,6 +246,146 @@ TEST(BlockIndex, ConcurrentReserveOfOneKeyHasExactlyOneWinner) {
     ASSERT_EQ(other[round].load(), kThreads - 1) << "round " << round;
   }
   EXPECT_EQ(index.size(), 0u);
+}
+
+TEST(BlockIndex, LookupBatchMatchesLookupForHitsMissesAndDuplicates) {
+  BlockIndex index(4096);
+  for (uint64_t i = 0; i < 3000; ++i) ASSERT_EQ(Insert(index, KeyFromId(i)), Outcome::kReserved);
+  // Hits, misses and repeated keys interleaved; longer than the prefetch distance, and with a
+  // length that is not a multiple of it.
+  std::vector<Key> keys;
+  for (uint64_t i = 0; i < 203; ++i) {
+    keys.push_back(i % 3 == 0 ? KeyFromId(100000 + i) : KeyFromId(i * 7 % 3000));
+    if (i % 10 == 0) keys.push_back(keys.back());  // duplicate, adjacent
+  }
+  keys.push_back(keys.front());  // duplicate, far apart
+  std::vector<IndexEntry> out(keys.size());
+  std::unique_ptr<bool[]> found(new bool[keys.size()]);
+  const size_t hits = index.LookupBatch(keys, out.data(), found.get());
+  size_t expected_hits = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    IndexEntry e;
+    const bool want = index.Lookup(keys[i], &e);
+    ASSERT_EQ(found[i], want) << i;
+    if (want) {
+      EXPECT_EQ(out[i], EntryFor(keys[i])) << i;
+      ++expected_hits;
+    }
+  }
+  EXPECT_EQ(hits, expected_hits);
+  EXPECT_GT(hits, 0u);
+  EXPECT_LT(hits, keys.size());
+}
+
+TEST(BlockIndex, LookupBatchLeavesMissesUntouchedAndHandlesEmptyAndTinyBatches) {
+  BlockIndex index(64);
+  const Key present = KeyFromId(1), absent = KeyFromId(2);
+  ASSERT_EQ(Insert(index, present), Outcome::kReserved);
+  EXPECT_EQ(index.LookupBatch({}, nullptr, nullptr), 0u);
+  EXPECT_EQ(index.LookupPrefix({}, nullptr), 0u);
+  IndexEntry sentinel;
+  sentinel.gva = 0xdead;
+  IndexEntry out[2] = {sentinel, sentinel};
+  bool found[2] = {true, false};
+  const Key keys[2] = {absent, present};
+  EXPECT_EQ(index.LookupBatch(keys, out, found), 1u);
+  EXPECT_FALSE(found[0]);
+  EXPECT_EQ(out[0], sentinel) << "a miss leaves its output alone";
+  EXPECT_TRUE(found[1]);
+  EXPECT_EQ(out[1], EntryFor(present));
+}
+
+TEST(BlockIndex, LookupPrefixStopsAtTheFirstMiss) {
+  BlockIndex index(1024);
+  std::vector<Key> keys;
+  for (uint64_t i = 0; i < 100; ++i) keys.push_back(KeyFromId(i));
+  for (uint64_t i = 0; i < 100; ++i) {
+    if (i != 57) ASSERT_EQ(Insert(index, keys[i]), Outcome::kReserved);
+  }
+  std::vector<IndexEntry> out(keys.size());
+  ASSERT_EQ(index.LookupPrefix(keys, out.data()), 57u);
+  for (size_t i = 0; i < 57; ++i) EXPECT_EQ(out[i], EntryFor(keys[i])) << i;
+  EXPECT_EQ(index.LookupPrefix(std::span<const Key>(keys).first(57), out.data()), 57u);
+  EXPECT_EQ(index.LookupPrefix(std::span<const Key>(keys).subspan(58), out.data()), 42u);
+  EXPECT_EQ(index.LookupPrefix(std::span<const Key>(keys).subspan(57), out.data()), 0u);
+}
+
+// At the load limit of a small table, chains run over many state lines and wrap around the end
+// of the table; every key must still be found, and misses must stop (lookups probe at most a
+// key's reach, so this also checks that the reach covers every key, before and after Compact).
+TEST(BlockIndex, LongChainsAreFoundByEveryLookupPath) {
+  BlockIndex index(64);
+  const size_t max_live = static_cast<size_t>(BlockIndex::kMaxLoadFactor * 64);
+  std::vector<Key> keys;
+  for (uint64_t i = 0; i < max_live; ++i) {
+    keys.push_back(KeyFromId(i, 9));
+    ASSERT_EQ(Insert(index, keys.back()), Outcome::kReserved);
+  }
+  auto check_all = [&](const char* when) {
+    std::vector<IndexEntry> out(keys.size());
+    std::unique_ptr<bool[]> found(new bool[keys.size()]);
+    EXPECT_EQ(index.LookupBatch(keys, out.data(), found.get()), keys.size()) << when;
+    EXPECT_EQ(index.LookupPrefix(keys, out.data()), keys.size()) << when;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      IndexEntry e;
+      ASSERT_TRUE(index.Lookup(keys[i], &e)) << when << " " << i;
+      EXPECT_EQ(e, EntryFor(keys[i])) << when;
+      EXPECT_EQ(out[i], EntryFor(keys[i])) << when;
+    }
+    IndexEntry e;
+    for (uint64_t i = 0; i < 200; ++i) EXPECT_FALSE(index.Lookup(KeyFromId(i, 10), &e)) << when;
+  };
+  check_all("full");
+  // Churn: erase and re-insert half of them so chains are full of tombstones, then compact.
+  for (size_t i = 0; i < keys.size(); i += 2) ASSERT_TRUE(index.Erase(keys[i], 1, 1));
+  for (size_t i = 0; i < keys.size(); i += 2) ASSERT_EQ(Insert(index, keys[i]), Outcome::kReserved);
+  check_all("churned");
+  index.Compact();
+  check_all("compacted");
+}
+
+// Readers batch-look-up keys that a writer keeps erasing and re-inserting with a new scope
+// generation: every answer is either a miss or the exact entry of one generation.
+TEST(BlockIndex, LookupBatchDuringConcurrentEraseSeesWholeEntriesOrMisses) {
+  constexpr uint64_t kKeys = 512;
+  BlockIndex index(1024);
+  std::vector<Key> keys;
+  for (uint64_t i = 0; i < kKeys; ++i) {
+    keys.push_back(KeyFromId(i, 5));
+    ASSERT_EQ(Insert(index, keys.back(), 1, 0), Outcome::kReserved);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> bad{0}, hits{0}, misses{0};
+  std::thread writer([&] {
+    for (uint32_t gen = 0; gen < 200; ++gen) {
+      for (uint64_t i = 0; i < kKeys; ++i) {
+        if (!index.Erase(keys[i], 1, gen)) bad.fetch_add(1);
+        if (Insert(index, keys[i], 1, gen + 1) != Outcome::kReserved) bad.fetch_add(1);
+      }
+    }
+    stop.store(true);
+  });
+  std::vector<IndexEntry> out(kKeys);
+  std::unique_ptr<bool[]> found(new bool[kKeys]);
+  while (!stop.load()) {
+    index.LookupBatch(keys, out.data(), found.get());
+    for (uint64_t i = 0; i < kKeys; ++i) {
+      if (!found[i]) {
+        misses.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      hits.fetch_add(1, std::memory_order_relaxed);
+      if (!(out[i] == EntryFor(keys[i], 1, out[i].scope_gen)) || out[i].scope_gen > 200) {
+        bad.fetch_add(1);
+      }
+    }
+  }
+  writer.join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_GT(hits.load(), 0u);
+  // Quiescent: every key present with the last generation.
+  EXPECT_EQ(index.LookupBatch(keys, out.data(), found.get()), kKeys);
+  for (uint64_t i = 0; i < kKeys; ++i) EXPECT_EQ(out[i], EntryFor(keys[i], 1, 200));
 }
 
 }  // namespace

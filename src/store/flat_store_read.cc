@@ -1,6 +1,7 @@
 // FlatStore's read side: Exists and Get.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <optional>
 
 #include "store/flat_store.h"
@@ -13,13 +14,20 @@ namespace flatcake {
 size_t FlatStore::Exists(std::span<const Key> keys) {
   std::shared_lock<std::shared_mutex> index_lock(index_mu_);
   exists_.fetch_add(1, std::memory_order_relaxed);
+  // Batched index lookups overlap the keys' cache misses; chunks bound the work wasted past the
+  // first miss (the index prefetches at most a pipeline's depth beyond it).
+  constexpr size_t kChunk = 64;
+  IndexEntry entries[kChunk];
   size_t n = 0;
-  for (const Key& k : keys) {
-    IndexEntry e;
-    if (!index_->Lookup(k, &e)) break;
-    ScopeSlot& s = scopes_[e.scope_id];
-    if (s.generation() != e.scope_gen || !s.live()) break;  // reclaimed meanwhile
-    ++n;
+  while (n < keys.size()) {
+    const size_t m = std::min(kChunk, keys.size() - n);
+    const size_t found = index_->LookupPrefix(keys.subspan(n, m), entries);
+    for (size_t i = 0; i < found; ++i) {
+      ScopeSlot& s = scopes_[entries[i].scope_id];
+      if (s.generation() != entries[i].scope_gen || !s.live()) return n + i;  // reclaimed
+    }
+    n += found;
+    if (found < m) break;
   }
   return n;
 }
@@ -43,10 +51,14 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
   auto unpin_all = [&] {
     for (const Hit& h : hits) scopes_[h.e.scope_id].Unpin();
   };
+  // One batched index lookup for all keys: it overlaps their cache misses.
+  std::vector<IndexEntry> entries(keys.size());
+  std::unique_ptr<bool[]> in_index(new bool[keys.size()]);
   std::shared_lock<std::shared_mutex> index_lock(index_mu_);
+  index_->LookupBatch(keys, entries.data(), in_index.get());
   for (uint32_t i = 0; i < keys.size(); ++i) {
-    IndexEntry e;
-    if (!index_->Lookup(keys[i], &e)) continue;
+    if (!in_index[i]) continue;
+    const IndexEntry& e = entries[i];
     if (e.scope_id >= options_.max_scopes) continue;
     ScopeSlot& s = scopes_[e.scope_id];
     if (!s.TryPin(e.scope_gen)) continue;
