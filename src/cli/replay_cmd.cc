@@ -194,7 +194,7 @@ Status Plot(const std::string& path, const std::vector<eval::ReplayReport>& rows
       gp << (i ? ", " : "") << "'" << data_path << "' index " << i
          << " using 1:2 with linespoints lw 2 title '" << policies[i] << "'";
     }
-    gp << "\nset ylabel 'TTFT (s)'\nset yrange [0:*]\nset logscale y\nset title 'Modelled TTFT "
+    gp << "\nset ylabel 'TTFT (s)'\nset autoscale y\nset logscale y\nset title 'Modelled TTFT "
           "vs load (solid mean, dashed P99)'\nplot ";
     for (size_t i = 0; i < policies.size(); ++i) {
       gp << (i ? ", " : "") << "'" << data_path << "' index " << i
