@@ -332,7 +332,10 @@ Result<std::shared_ptr<RestoreHandle>> RestoreReader::Start(std::span<const Slic
       rs.buf = p.slices[r.first_slice].dest + (r.offset - p.slices[r.first_slice].offset);
     } else if (options_.allow_vectored) {
       const size_t first = h->iov_.size();
-      if (BuildVectored(p, r, &h->iov_)) {
+      const bool lines_up = BuildVectored(p, r, &h->iov_);
+      if (lines_up && r.len < options_.min_vector_entry_bytes * (h->iov_.size() - first)) {
+        h->iov_.resize(first);  // entries too small: one contiguous read and a copy is faster
+      } else if (lines_up) {
         rs.mode = RestoreHandle::Mode::kVectored;
         rs.iov_first = static_cast<uint32_t>(first);
         rs.iov_count = static_cast<uint32_t>(h->iov_.size() - first);
