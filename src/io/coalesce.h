@@ -35,6 +35,7 @@ struct SliceRead {
   uint64_t len = 0;     // bytes, > 0
   uint8_t* dest = nullptr;
   uint32_t layer = 0;  // model layer the slice belongs to (completion is reported per layer)
+  uint32_t tag = 0;    // the caller's; handed back with the slice to RestoreReader's SliceCallback
 };
 
 struct CoalesceOptions {

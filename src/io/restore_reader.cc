@@ -30,8 +30,19 @@ inline void Intersect(const SliceRead& s, const MergedRead& r, uint64_t* lo, uin
 // RestoreHandle
 
 RestoreHandle::RestoreHandle(RestoreReader* reader, CoalescePlan plan, uint32_t num_layers,
-                             LayerCallback cb)
-    : reader_(reader), plan_(std::move(plan)), num_layers_(num_layers), on_layer_(std::move(cb)) {}
+                             LayerCallback cb, SliceCallback on_slice)
+    : reader_(reader),
+      plan_(std::move(plan)),
+      num_layers_(num_layers),
+      on_layer_(std::move(cb)),
+      on_slice_(std::move(on_slice)) {
+  if (on_slice_) {
+    slice_left_.reset(new std::atomic<uint64_t>[plan_.slices.size()]);
+    for (size_t k = 0; k < plan_.slices.size(); ++k) {
+      slice_left_[k].store(plan_.slices[k].len, std::memory_order_relaxed);
+    }
+  }
+}
 
 Status RestoreHandle::WaitLayer(uint32_t layer) {
   if (layer >= num_layers_) {
@@ -91,7 +102,7 @@ void RestoreHandle::CompleteRead(uint32_t idx, const Status& status) {
   const ReadState& rs = reads_[idx];
   uint64_t delivered = 0;
   if (status.ok()) {
-    if (rs.mode == Mode::kDirect) {
+    if (rs.mode == Mode::kDirect && !on_slice_) {
       delivered = r.len;
     } else {
       const bool copy = rs.mode == Mode::kScattered;
@@ -102,6 +113,10 @@ void RestoreHandle::CompleteRead(uint32_t idx, const Status& status) {
         if (lo >= hi) continue;
         if (copy) std::memcpy(s.dest + (lo - s.offset), rs.buf + (lo - r.offset), hi - lo);
         delivered += hi - lo;
+        // acq_rel: the worker that lands the last piece sees the other pieces' bytes.
+        if (on_slice_ && slice_left_[k].fetch_sub(hi - lo, std::memory_order_acq_rel) == hi - lo) {
+          on_slice_(s);
+        }
       }
     }
     bytes_read_.fetch_add(r.len, std::memory_order_relaxed);
@@ -278,7 +293,8 @@ RestoreReader::~RestoreReader() {
 
 Result<std::shared_ptr<RestoreHandle>> RestoreReader::Start(std::span<const SliceRead> slices,
                                                             uint32_t num_layers,
-                                                            LayerCallback on_layer) {
+                                                            LayerCallback on_layer,
+                                                            SliceCallback on_slice) {
   uint32_t max_layer = 0;
   for (const auto& s : slices) max_layer = std::max(max_layer, s.layer);
   if (num_layers == 0) {
@@ -288,8 +304,8 @@ Result<std::shared_ptr<RestoreHandle>> RestoreReader::Start(std::span<const Slic
                                    " >= num_layers " + std::to_string(num_layers));
   }
   FC_ASSIGN_OR_RETURN(CoalescePlan plan, PlanReads(slices, coalesce_));
-  std::shared_ptr<RestoreHandle> h(
-      new RestoreHandle(this, std::move(plan), num_layers, std::move(on_layer)));
+  std::shared_ptr<RestoreHandle> h(new RestoreHandle(this, std::move(plan), num_layers,
+                                                     std::move(on_layer), std::move(on_slice)));
   const CoalescePlan& p = h->plan_;
   h->layer_left_.assign(num_layers, 0);
   h->layer_status_.assign(num_layers, Status::OK());

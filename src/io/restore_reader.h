@@ -75,6 +75,10 @@ struct RestoreStats {
 };
 
 using LayerCallback = std::function<void(uint32_t layer, const Status& status)>;
+// Runs once per slice, on the I/O worker that landed its last byte, right after the landing (for
+// a staged read: right after the copy, while the slice is still in cache), before its layer is
+// reported. Only for slices that landed: never for a failed read's.
+using SliceCallback = std::function<void(const SliceRead& slice)>;
 
 class RestoreReader;
 
@@ -106,7 +110,8 @@ class RestoreHandle : public IoCompletionSink {
     uint32_t ops_left = 1;  // GUARDED_BY(mu_) when ops > 1: ops not yet completed
     Status op_error;        // GUARDED_BY(mu_): first error among the read's ops
   };
-  RestoreHandle(RestoreReader* reader, CoalescePlan plan, uint32_t num_layers, LayerCallback cb);
+  RestoreHandle(RestoreReader* reader, CoalescePlan plan, uint32_t num_layers, LayerCallback cb,
+                SliceCallback on_slice);
 
   // Lands read `idx` (or accounts for its failure) and reports layers that became complete.
   void CompleteRead(uint32_t idx, const Status& status);
@@ -116,6 +121,10 @@ class RestoreHandle : public IoCompletionSink {
   const CoalescePlan plan_;
   const uint32_t num_layers_;
   const LayerCallback on_layer_;
+  const SliceCallback on_slice_;
+  // With on_slice_: bytes of each plan slice not yet landed (a slice split over reads completes on
+  // whichever worker lands its last piece).
+  std::unique_ptr<std::atomic<uint64_t>[]> slice_left_;
   std::vector<ReadState> reads_;
   std::vector<iovec> iov_;  // iovec lists of the vectored reads; fixed once Start returns
   std::vector<uint32_t> issue_order_;  // read indices, earliest layer first
@@ -152,7 +161,8 @@ class RestoreReader {
   // handle is done. Fails only on bad input (see PlanReads, and a layer >= num_layers).
   Result<std::shared_ptr<RestoreHandle>> Start(std::span<const SliceRead> slices,
                                                uint32_t num_layers = 0,
-                                               LayerCallback on_layer = nullptr);
+                                               LayerCallback on_layer = nullptr,
+                                               SliceCallback on_slice = nullptr);
   // Start + Wait.
   Status Restore(std::span<const SliceRead> slices);
 

@@ -57,6 +57,7 @@ class RestoreTest : public ::testing::TestWithParam<IoEngineKind> {
 
   std::unique_ptr<RestoreReader> Reader(uint64_t window, IoEngine* engine = nullptr) {
     RestoreOptions o;
+    o.min_vector_entry_bytes = 0;  // vector any read that lines up
     o.window_bytes = window;
     auto r = RestoreReader::Create(engine ? *engine : *engine_, o);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
@@ -152,6 +153,7 @@ TEST_P(RestoreTest, LayersCompleteInOrderAndWindowSmallerThanALayer) {
   }
   std::shuffle(slices.begin(), slices.end(), std::mt19937_64(5));
   RestoreOptions o;
+  o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = 64 << 10;
   auto made = RestoreReader::Create(*engine_, o);
   ASSERT_TRUE(made.ok());
@@ -192,6 +194,7 @@ TEST_P(RestoreTest, ReadErrorFailsItsLayerAndTheRestore) {
   spec.range_end = spec.range_begin + 1;
   fi.SetReadFault(spec);
   RestoreOptions o;
+  o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = 1 << 20;
   o.coalesce.max_io = layer_bytes;  // one read per layer
   auto made = RestoreReader::Create(fi, o);
@@ -220,7 +223,8 @@ TEST_P(RestoreTest, ReaderStaysUsableAfterAFailedDirectRestore) {
     slices.push_back(SliceRead{0, off, 65536, dest.get() + off, static_cast<uint32_t>(off >> 20)});
   }
   RestoreOptions o;
-  o.window_bytes = 256 << 10;  // most reads are still unissued when the first one fails
+  o.min_vector_entry_bytes = 0;  // vector any read that lines up
+  o.window_bytes = 256 << 10;    // most reads are still unissued when the first one fails
   auto made = RestoreReader::Create(fi, o);
   ASSERT_TRUE(made.ok());
   fi.SetReadError(EIO, /*every_nth=*/1);
@@ -335,6 +339,7 @@ TEST_P(RestoreTest, BlockContiguousDestinationsOfLayerMajorFileAreReadVectored) 
 
   // The same restore with vectored reads disabled takes the staging path.
   RestoreOptions o;
+  o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = 1 << 20;
   o.allow_vectored = false;
   auto staged = RestoreReader::Create(*engine_, o);
@@ -344,6 +349,36 @@ TEST_P(RestoreTest, BlockContiguousDestinationsOfLayerMajorFileAreReadVectored) 
   EXPECT_EQ(Mismatches(slices), 0u);
   EXPECT_EQ((*staged)->stats().vectored_reads, 0u);
   EXPECT_EQ((*staged)->stats().scattered_reads, total / (1 << 20));
+}
+
+TEST_P(RestoreTest, SmallEntriesAreStagedAndLargeOnesVectoredByDefault) {
+  // The same layer-major session twice: 16 KiB slices average below the default
+  // min_vector_entry_bytes (one contiguous read and a copy), 256 KiB slices above it (in place).
+  const RestoreOptions defaults;
+  ASSERT_GT(defaults.min_vector_entry_bytes, 16384u);
+  ASSERT_LE(defaults.min_vector_entry_bytes, 256u << 10);
+  for (const uint64_t slice : {uint64_t{16384}, uint64_t{256} << 10}) {
+    const uint32_t layers = 2, planes = 2, blocks = 4;
+    const uint64_t total = uint64_t{layers} * planes * blocks * slice;
+    auto dest = AllocAligned(total);
+    std::memset(dest.get(), 0, total);
+    auto slices = LayerMajorSession(1, 0, layers, planes, blocks, slice, dest.get());
+    RestoreOptions o;
+    o.window_bytes = 4 << 20;
+    auto made = RestoreReader::Create(*engine_, o);
+    ASSERT_TRUE(made.ok());
+    ASSERT_TRUE((*made)->Restore(slices).ok());
+    EXPECT_EQ(Mismatches(slices), 0u) << slice;
+    const RestoreStats st = (*made)->stats();
+    const uint64_t reads = st.vectored_reads + st.scattered_reads + st.direct_reads;
+    EXPECT_GT(reads, 0u);
+    EXPECT_EQ(st.bytes_delivered, total);
+    if (slice < defaults.min_vector_entry_bytes) {
+      EXPECT_EQ(st.scattered_reads, reads) << slice;
+    } else {
+      EXPECT_EQ(st.vectored_reads, reads) << slice;
+    }
+  }
 }
 
 TEST_P(RestoreTest, VectoredReadsSplitAtIovMax) {
@@ -356,6 +391,7 @@ TEST_P(RestoreTest, VectoredReadsSplitAtIovMax) {
     slices.push_back(SliceRead{0, i * slice, slice, dest.get() + (n - 1 - i) * slice, 0});
   }
   RestoreOptions o;
+  o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = kFileBytes;
   o.coalesce.max_io = kFileBytes;
   auto made = RestoreReader::Create(*engine_, o);
@@ -418,6 +454,7 @@ TEST_P(RestoreTest, MixedAlignedAndUnalignedDestinationsFallBack) {
   std::shuffle(slices.begin(), slices.end(), std::mt19937_64(4));
 
   RestoreOptions o;
+  o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = 4 << 20;
   o.coalesce.max_gap = 16384;  // bridges C's and D's holes, not the space between regions
   auto made = RestoreReader::Create(*engine_, o);
@@ -451,6 +488,7 @@ TEST_P(RestoreTest, ContinuingDestinationsShareOneIovec) {
     slices.push_back(SliceRead{0, i * slice, slice, dest.get() + (pair * 2 + i % 2) * slice, 0});
   }
   RestoreOptions o;
+  o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = 1 << 20;
   o.max_iovecs = 4;
   auto made = RestoreReader::Create(*engine_, o);
@@ -504,6 +542,7 @@ TEST_P(RestoreTest, VectoredReadsStayWithinTheInFlightBudget) {
   auto slices = LayerMajorSession(0, 0, layers, planes, blocks, slice, dest.get());
   InflightTrackingEngine tracking(*engine_);
   RestoreOptions o;
+  o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = 256 << 10;
   auto made = RestoreReader::Create(tracking, o);
   ASSERT_TRUE(made.ok());
@@ -525,6 +564,7 @@ TEST_P(RestoreTest, FailedOpOfASplitVectoredReadFailsTheRestore) {
     slices.push_back(SliceRead{0, i * slice, slice, dest.get() + (n - 1 - i) * slice, 0});
   }
   RestoreOptions o;
+  o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = kFileBytes;
   o.coalesce.max_io = kFileBytes;
   auto made = RestoreReader::Create(fi, o);
@@ -550,6 +590,64 @@ TEST_P(RestoreTest, FailedOpOfASplitVectoredReadFailsTheRestore) {
   ASSERT_TRUE((*made)->Restore(slices).ok());
   EXPECT_EQ(Mismatches(slices), 0u);
   EXPECT_EQ((*made)->stats().vectored_reads, 3u);
+}
+
+TEST_P(RestoreTest, SliceCallbackRunsOnceForEveryLandedSliceAndNeverForAFailedRead) {
+  // Slices split over reads (max_io smaller than a slice), staged, direct and vectored reads all
+  // report each slice exactly once, with its bytes already in place; a failed read's slices are
+  // never reported.
+  FaultInjectionIoEngine fi(*engine_);
+  const uint32_t layers = 4, blocks = 8;
+  const uint64_t slice = 48 << 10;
+  const uint64_t layer_bytes = blocks * slice;
+  std::vector<uint8_t> odd(layers * layer_bytes + 1);     // unaligned: staged and copied
+  auto aligned_buf = AllocAligned(layers * layer_bytes);  // aligned: direct or vectored
+  uint8_t* aligned = aligned_buf.get();
+  for (int round = 0; round < 3; ++round) {
+    std::vector<SliceRead> slices;
+    for (uint32_t l = 0; l < layers; ++l) {
+      for (uint32_t b = 0; b < blocks; ++b) {
+        const uint64_t off = l * layer_bytes + b * slice;
+        uint8_t* dest = round == 0 ? odd.data() + 1 + off : aligned + off;
+        slices.push_back(SliceRead{0, off, slice, dest, l, l * blocks + b});
+      }
+    }
+    RestoreOptions o;
+    o.min_vector_entry_bytes = 0;
+    o.window_bytes = 1 << 20;
+    o.coalesce.max_io = round == 1 ? 32 << 10 : 256 << 10;  // round 1: every slice split
+    if (round == 2) {
+      FaultSpec spec;
+      spec.file = 0;
+      spec.range_begin = 2 * layer_bytes + 100;  // inside layer 2
+      spec.range_end = spec.range_begin + 1;
+      fi.SetReadFault(spec);
+    }
+    auto made = RestoreReader::Create(fi, o);
+    ASSERT_TRUE(made.ok());
+    std::vector<std::atomic<int>> calls(slices.size());
+    std::atomic<uint64_t> wrong_bytes{0};
+    auto h = (*made)->Start(slices, 0, nullptr, [&](const SliceRead& s) {
+      calls[s.tag]++;
+      for (uint64_t i = 0; i < s.len; ++i) wrong_bytes += s.dest[i] != PatternByte(0, s.offset + i);
+    });
+    ASSERT_TRUE(h.ok());
+    const Status st = (*h)->Wait();
+    EXPECT_EQ(wrong_bytes.load(), 0u) << "round " << round;
+    int reported = 0;
+    for (size_t k = 0; k < slices.size(); ++k) {
+      EXPECT_LE(calls[k].load(), 1) << "slice " << k;
+      reported += calls[k].load();
+    }
+    if (round < 2) {
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      EXPECT_EQ(reported, static_cast<int>(slices.size())) << "round " << round;
+    } else {
+      EXPECT_TRUE(st.IsIOError()) << st.ToString();
+      EXPECT_LT(reported, static_cast<int>(slices.size()));
+      EXPECT_EQ(calls[2 * blocks].load(), 0) << "the failed read's first slice was reported";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllEngines, RestoreTest,

@@ -101,8 +101,10 @@ class FlatStore final : public Store {
 
   // --- read path (flat_store_read.cc) ---
   // Restores `slices`; `on_layer(l)` runs once per layer, in order, when layer l has landed.
+  // `on_slice` (may be null) runs once per landed slice, on an I/O worker.
   Status ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout,
-                 const std::function<void(uint32_t)>& on_layer, GetResult* result);
+                 const std::function<void(uint32_t)>& on_layer, SliceCallback on_slice,
+                 GetResult* result);
 
   Gva MakeGva(MediaType m, uint64_t offset) const { return EncodeGva(m, options_.node_id, offset); }
   uint64_t NowNs() const;

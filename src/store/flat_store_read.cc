@@ -1,11 +1,10 @@
 // FlatStore's read side: Exists and Get.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
-#include <optional>
 
 #include "store/flat_store.h"
-#include "store/layer_verifier.h"
 #include "store/staging.h"
 #include "util/checksum.h"
 
@@ -77,8 +76,8 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
   std::vector<SliceRead> ssd;
   const uint64_t sb = layout.slice_bytes;
   const uint64_t fb = ssd_ ? ssd_->file_bytes() : 1;
-  // SSD blocks are verified as their layers arrive (the hash runs in the in-order layer callback,
-  // overlapped with the reads of later layers); DRAM blocks right after their copy.
+  // SSD blocks are verified slice by slice as the slices land (the I/O worker hashes each one
+  // right after landing it, see util/checksum.h); DRAM blocks right after their copy.
   std::vector<uint32_t> ssd_hits;  // indices into `hits`
   for (uint32_t i = 0; i < hits.size(); ++i) {
     Hit& h = hits[i];
@@ -97,7 +96,9 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
         if (GvaIsDram(h.e.gva)) {
           std::memcpy(out, dram_->base() + off, sb);
         } else {
-          ssd.push_back(SliceRead{static_cast<uint32_t>(off / fb), off % fb, sb, out, l});
+          // tag: which SSD block (index into ssd_hits) and plane, for the slice hash.
+          const auto tag = static_cast<uint32_t>((ssd_hits.size() - 1) * layout.num_planes + p);
+          ssd.push_back(SliceRead{static_cast<uint32_t>(off / fb), off % fb, sb, out, l, tag});
         }
       }
     }
@@ -107,24 +108,27 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
   }
   Status st;
   if (!ssd.empty()) {
-    // Large restores hash on one helper thread per I/O worker; small ones inline.
-    std::vector<uint32_t> ssd_blocks;
-    for (uint32_t i : ssd_hits) ssd_blocks.push_back(hits[i].key);
-    const bool big = ssd_blocks.size() * layout.block_bytes() >= 32 * kMiB;
-    std::optional<LayerVerifier> verifier;
+    std::unique_ptr<std::atomic<uint64_t>[]> sums;
+    SliceCallback on_slice;
     if (options_.verify_checksums) {
-      verifier.emplace(dst, layout, std::move(ssd_blocks), big ? options_.io_workers : 0);
+      sums.reset(new std::atomic<uint64_t>[ssd_hits.size()]);
+      for (size_t j = 0; j < ssd_hits.size(); ++j) sums[j].store(0, std::memory_order_relaxed);
+      const uint32_t planes = layout.num_planes;
+      on_slice = [&sums, planes](const SliceRead& s) {
+        const uint32_t position = s.layer * planes + s.tag % planes;
+        sums[s.tag / planes].fetch_add(SliceChecksum(s.dest, s.len, position),
+                                       std::memory_order_relaxed);
+      };
     }
     auto on_layer = [&](uint32_t l) {
-      if (verifier) verifier->LayerReady(l);
       if (options.on_layer) options.on_layer(l);
     };
-    st = ReadSsd(ssd, layout, on_layer, &result);
-    if (verifier) {
-      verifier->Finish();
-      if (st.ok()) {
-        for (size_t j = 0; j < ssd_hits.size(); ++j)
-          hits[ssd_hits[j]].checksum = verifier->Digest(j);
+    st = ReadSsd(ssd, layout, on_layer, std::move(on_slice), &result);
+    // Wait() returned: every slice callback has run, and its sum is visible (the handle's
+    // completion is synchronised with Wait).
+    if (sums && st.ok()) {
+      for (size_t j = 0; j < ssd_hits.size(); ++j) {
+        hits[ssd_hits[j]].checksum = sums[j].load(std::memory_order_relaxed);
       }
     }
   } else if (options.on_layer) {
@@ -176,11 +180,13 @@ namespace flatcake {
 // SSD slices go through the restore pipeline: coalesced, layer-ordered reads in a bounded staging
 // window, with per-layer completion forwarded to the caller.
 Status FlatStore::ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout,
-                          const std::function<void(uint32_t)>& on_layer, GetResult* result) {
+                          const std::function<void(uint32_t)>& on_layer, SliceCallback on_slice,
+                          GetResult* result) {
   LayerCallback cb = [&on_layer](uint32_t layer, const Status& st) {
     if (st.ok()) on_layer(layer);
   };
-  FC_ASSIGN_OR_RETURN(auto handle, restore_->Start(slices, layout.num_layers, std::move(cb)));
+  FC_ASSIGN_OR_RETURN(
+      auto handle, restore_->Start(slices, layout.num_layers, std::move(cb), std::move(on_slice)));
   Status st = handle->Wait();
   const RestoreStats rs = handle->stats();
   result->ssd_bytes_read += rs.bytes_read;

@@ -1,33 +1,23 @@
-// Block checksums: XXH3-64 over a block's slices in [layer][plane] order, wherever they live.
-// The same function runs on write (over the caller's source buffers) and on read (over the
-// destination buffers), so a block verifies regardless of either side's buffer layout.
+// Block checksums. A block's checksum is the sum (mod 2^64) over its slices of XXH3-64 of the
+// slice, seeded with the slice's position l * planes + p. The same function runs on write (over
+// the caller's source buffers) and on read (over the destination buffers), so a block verifies
+// whatever either side's buffer layout.
+//
+// Why a sum of per-slice hashes rather than one hash over the block: the terms commute, so a
+// restore hashes each slice the moment it lands, on whichever I/O worker landed it and in
+// whatever order reads complete, while the slice is still in that core's cache. The seed makes a
+// slice delivered to the wrong position a mismatch, as a changed byte is.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
-#include <memory>
 
 #include "flatcake/layout.h"
 
 namespace flatcake {
 
+// XXH3-64 of one slice at position `position` (= layer * planes + plane) of its block.
+uint64_t SliceChecksum(const void* data, uint64_t len, uint32_t position);
+
 uint64_t BlockChecksum(const BlockBuffers& buffers, const KvLayout& layout, uint64_t block);
-
-// The same checksum computed incrementally, for blocks that arrive layer by layer: feed each
-// block's slices in [layer][plane] order with Update, then Digest. Not thread-safe; the restore
-// path calls it from its (serialised, in-order) layer callbacks.
-class StreamingChecksums {
- public:
-  explicit StreamingChecksums(size_t blocks);
-  ~StreamingChecksums();
-  StreamingChecksums(const StreamingChecksums&) = delete;
-  StreamingChecksums& operator=(const StreamingChecksums&) = delete;
-  void Update(size_t block, const void* data, uint64_t len);
-  uint64_t Digest(size_t block) const;
-
- private:
-  struct State;
-  std::unique_ptr<State[]> states_;
-};
 
 }  // namespace flatcake

@@ -1,0 +1,71 @@
+#include "util/checksum.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+namespace flatcake {
+namespace {
+
+constexpr KvLayout kLayout{4, 2, 4096};
+
+// One block held block-contiguously ([layer][plane] slices back to back) and the same bytes
+// plane-major ([plane][layer]).
+struct TwoCopies {
+  std::vector<uint8_t> contiguous, plane_major;
+  void* c_ptr[1];
+  void* p_ptr[1];
+  TwoCopies() : contiguous(kLayout.block_bytes()), plane_major(kLayout.block_bytes()) {
+    std::mt19937_64 rng(3);
+    for (auto& b : contiguous) b = static_cast<uint8_t>(rng());
+    const uint64_t s = kLayout.slice_bytes;
+    for (uint32_t l = 0; l < kLayout.num_layers; ++l) {
+      for (uint32_t p = 0; p < kLayout.num_planes; ++p) {
+        std::memcpy(&plane_major[(uint64_t{p} * kLayout.num_layers + l) * s],
+                    &contiguous[(uint64_t{l} * kLayout.num_planes + p) * s], s);
+      }
+    }
+    c_ptr[0] = contiguous.data();
+    p_ptr[0] = plane_major.data();
+  }
+  BlockBuffers c() const { return {BufferKind::kBlockContiguous, c_ptr}; }
+  BlockBuffers p() const { return {BufferKind::kBlockPlaneMajor, p_ptr}; }
+};
+
+TEST(Checksum, SameBlockSameChecksumWhateverTheBufferLayout) {
+  TwoCopies b;
+  EXPECT_EQ(BlockChecksum(b.c(), kLayout, 0), BlockChecksum(b.p(), kLayout, 0));
+}
+
+TEST(Checksum, SlicesHashedInAnyOrderSumToTheBlockChecksum) {
+  TwoCopies b;
+  const uint32_t n = kLayout.num_layers * kLayout.num_planes;
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(5));
+  uint64_t sum = 0;
+  for (uint32_t pos : order) {
+    sum += SliceChecksum(&b.contiguous[pos * kLayout.slice_bytes], kLayout.slice_bytes, pos);
+  }
+  EXPECT_EQ(sum, BlockChecksum(b.c(), kLayout, 0));
+}
+
+TEST(Checksum, AChangedByteOrSwappedSlicesChangeIt) {
+  TwoCopies b;
+  const uint64_t want = BlockChecksum(b.c(), kLayout, 0);
+  b.contiguous[5000] ^= 1;
+  EXPECT_NE(BlockChecksum(b.c(), kLayout, 0), want);
+  b.contiguous[5000] ^= 1;
+  ASSERT_EQ(BlockChecksum(b.c(), kLayout, 0), want);
+  // Slices of layer 1 and layer 2 (plane 0) exchanged: same bytes, wrong places.
+  const uint64_t s = kLayout.slice_bytes;
+  std::swap_ranges(&b.contiguous[2 * s], &b.contiguous[3 * s], &b.contiguous[4 * s]);
+  EXPECT_NE(BlockChecksum(b.c(), kLayout, 0), want);
+}
+
+}  // namespace
+}  // namespace flatcake
