@@ -68,7 +68,7 @@ namespace flatcake {
 struct IndexEntry {
   Gva gva = 0;                // address of the block's layer-0, plane-0 slice
   uint64_t layer_stride = 0;  // bytes between the block's slice of layer l and of layer l+1
-  uint64_t checksum = 0;      // XXH3-64 of the block's slices in [layer][plane] order
+  uint64_t checksum = 0;      // BlockChecksum (util/checksum.h): sum of seeded per-slice XXH3-64
   uint32_t scope_id = 0;      // owning scope slot
   uint32_t scope_gen = 0;     // owning scope generation; a mismatch means the scope was reclaimed
   uint32_t segment = 0;       // segment number within the scope
