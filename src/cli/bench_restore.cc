@@ -18,6 +18,7 @@
 // All variants use the same engine kind. Repetitions alternate the order and the table reports
 // medians; ratios are taken within each repetition. --variants runs a subset (for profiling).
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -55,6 +57,7 @@ struct RestoreArgs {
   uint64_t window = 64 * kMiB;
   bool json = false;
   bool no_verify = false;
+  std::string dest_pages = "thp";
   std::string variants = "raw-seq,flat,scattered,scattered-object,raw-slots";
 };
 
@@ -63,20 +66,59 @@ double Ms(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+// CPU time of the whole process (every thread), for the utilisation column: a variant near
+// 100% x cores is CPU-bound, one far below it waits on the device.
+double CpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
 struct Run {
   double ms = 0;
+  double cpu_ms = 0;  // process CPU time over the same interval
   double first_layer_ms = 0;
   uint64_t reads = 0;
   uint64_t bytes = 0;  // bytes delivered
   double gbps() const { return ms > 0 ? bytes / (ms * 1e6) : 0; }
 };
 
-// The restore destination, block-contiguous like testing::HostBlocks but in one 4 KiB-aligned
-// allocation (as a serving engine's pinned KV pool would be), so reads can land in place.
+// Host memory for the restore destinations and the raw-read buffer: one anonymous mapping,
+// 2 MiB-aligned and advised for transparent huge pages when `huge` (a serving engine's host KV
+// pool is huge-page backed, as the paper's is), faulted in before any timing. With 4 KiB pages a
+// restore that scatters 16 KiB slices over a multi-GiB pool spends much of its copy time on TLB
+// misses; `--dest-pages 4k` measures that case.
+class HostMemory {
+ public:
+  static constexpr uint64_t kHuge = 2ull << 20;
+  HostMemory(uint64_t bytes, bool huge) : map_bytes_(bytes + kHuge) {
+    void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    map_ = static_cast<uint8_t*>(p);
+    data_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(map_) + kHuge - 1) &
+                                       ~uintptr_t{kHuge - 1});
+    if (huge) madvise(data_, bytes, MADV_HUGEPAGE);
+    std::memset(data_, 0, bytes);
+  }
+  ~HostMemory() {
+    if (map_) munmap(map_, map_bytes_);
+  }
+  HostMemory(const HostMemory&) = delete;
+  HostMemory& operator=(const HostMemory&) = delete;
+  uint8_t* data() const { return data_; }
+
+ private:
+  const uint64_t map_bytes_;
+  uint8_t* map_ = nullptr;
+  uint8_t* data_ = nullptr;
+};
+
+// The restore destination, block-contiguous like testing::HostBlocks but in one aligned host
+// allocation (as a serving engine's KV pool is), so reads can land in place.
 struct AlignedBlocks {
-  AlignedBlocks(const KvLayout& l, size_t n) : bytes(l.block_bytes() * n), mem(bytes), ptrs(n) {
+  AlignedBlocks(const KvLayout& l, size_t n, bool huge)
+      : bytes(l.block_bytes() * n), mem(bytes, huge), ptrs(n) {
     if (mem.data() == nullptr) return;
-    std::memset(mem.data(), 0, bytes);  // fault the pages in once, before any timing
     for (size_t i = 0; i < n; ++i) ptrs[i] = mem.data() + i * l.block_bytes();
   }
   BlockBuffers buffers() const { return BlockBuffers{BufferKind::kBlockContiguous, ptrs}; }
@@ -84,7 +126,7 @@ struct AlignedBlocks {
   uint8_t* data() { return mem.data(); }
 
   const uint64_t bytes;
-  StagingBuffer mem;
+  HostMemory mem;
   std::vector<void*> ptrs;
 };
 
@@ -95,7 +137,8 @@ double Median(std::vector<double> v) {
 
 class RestoreBench {
  public:
-  explicit RestoreBench(const RestoreArgs& a) : a_(a), layout_{a.layers, a.planes, a.slice_bytes} {}
+  explicit RestoreBench(const RestoreArgs& a)
+      : a_(a), layout_{a.layers, a.planes, a.slice_bytes}, huge_pages_(a.dest_pages == "thp") {}
 
   int Main();
 
@@ -120,6 +163,7 @@ class RestoreBench {
   std::vector<Key> keys_;
   AlignedBlocks* dst_ = nullptr;
   std::unique_ptr<AlignedBlocks> dst_owner_;
+  const bool huge_pages_;
   // Eviction-ordered copy.
   std::vector<int> bucket_fds_;
   std::vector<std::string> bucket_paths_;
@@ -127,7 +171,7 @@ class RestoreBench {
   std::unique_ptr<IoEngine> bucket_engine_;
   std::unique_ptr<RestoreReader> bucket_reader_;
   uint64_t verified_ = 0, mismatches_ = 0, raw_slots_mismatches_ = 0;
-  std::unique_ptr<StagingBuffer> raw_buf_;
+  std::unique_ptr<HostMemory> raw_buf_;
 
  public:
   ~RestoreBench() {
@@ -163,7 +207,7 @@ Status RestoreBench::Setup() {
   FC_ASSIGN_OR_RETURN(store_, FlatStore::OpenWithEngine(o, nullptr));
 
   keys_ = testing::MakeKeys(7, 0, blocks_);
-  dst_owner_ = std::make_unique<AlignedBlocks>(layout_, blocks_);
+  dst_owner_ = std::make_unique<AlignedBlocks>(layout_, blocks_, huge_pages_);
   if (dst_owner_->data() == nullptr) return Status::NoSpace("restore destination buffer");
   dst_ = dst_owner_.get();
   // Flat copy: one Put per turn, chained, so the session is one scope of `turns` segments.
@@ -242,11 +286,10 @@ Result<Run> RestoreBench::Raw() {
   const StoreStats st = store_->GetStats();
   const uint64_t total = st.ssd.admitted_bytes;
   if (!raw_buf_) {
-    raw_buf_ = std::make_unique<StagingBuffer>(total);
+    raw_buf_ = std::make_unique<HostMemory>(total, huge_pages_);
     if (!raw_buf_->data()) return Status::NoSpace("raw read buffer");
-    std::memset(raw_buf_->data(), 0, total);  // fault the pages in before timing
   }
-  StagingBuffer& buf = *raw_buf_;
+  HostMemory& buf = *raw_buf_;
   return SequentialReads(total, [&](IoOp& op, uint64_t pos) { op.buf = buf.data() + pos; });
 }
 
@@ -263,10 +306,12 @@ Result<Run> RestoreBench::SequentialReads(uint64_t total,
     target(op, pos);
     ops.push_back(op);
   }
+  const double c0 = CpuMs();
   auto t0 = Clock::now();
   FC_RETURN_IF_ERROR(ExecuteSync(store_->engine(), ops));
   Run r;
   r.ms = Ms(t0, Clock::now());
+  r.cpu_ms = CpuMs() - c0;
   r.first_layer_ms = r.ms;
   r.reads = ops.size();
   r.bytes = total;
@@ -302,6 +347,7 @@ Result<Run> RestoreBench::RawSlots() {
 }
 
 Result<Run> RestoreBench::Flat() {
+  const double c0 = CpuMs();
   Clock::time_point t0 = Clock::now(), first;
   GetOptions go;
   go.on_layer = [&](uint32_t layer) {
@@ -310,6 +356,7 @@ Result<Run> RestoreBench::Flat() {
   FC_ASSIGN_OR_RETURN(GetResult g, store_->Get(keys_, layout_, dst_->buffers(), go));
   Run r;
   r.ms = Ms(t0, Clock::now());
+  r.cpu_ms = CpuMs() - c0;
   r.first_layer_ms = Ms(t0, first);
   r.reads = g.ssd_reads;
   r.bytes = g.bytes_from_ssd;
@@ -339,6 +386,7 @@ Result<Run> RestoreBench::Scattered(bool by_object) {
       }
     }
   }
+  const double c0 = CpuMs();
   Clock::time_point t0 = Clock::now(), first;
   std::atomic<bool> seen_first{false};
   std::vector<std::shared_ptr<RestoreHandle>> handles;
@@ -359,6 +407,7 @@ Result<Run> RestoreBench::Scattered(bool by_object) {
     r.reads += h->stats().reads_issued;
   }
   r.ms = Ms(t0, Clock::now());
+  r.cpu_ms = CpuMs() - c0;
   // Object by object, layer 0 of the whole prefix is complete only when the last object is.
   r.first_layer_ms = Ms(t0, first);
   r.bytes = blocks_ * layout_.block_bytes();
@@ -421,20 +470,22 @@ int RestoreBench::Main() {
   auto gbps = [](const Run& r) { return r.gbps(); };
   auto first = [](const Run& r) { return r.first_layer_ms; };
   auto total = [](const Run& r) { return r.ms; };
+  // CPU-seconds per second over the timed interval (2.0 = both cores of this machine busy).
+  auto cpu = [](const Run& r) { return r.ms > 0 ? r.cpu_ms / r.ms : 0; };
   const uint64_t seg_layers = uint64_t{a_.turns} * a_.layers;
   std::printf(
       "restore: %lu blocks of %s = %.2f GiB, %u turns (segments), engine %s, %u "
-      "workers, window %lu MiB, %u reps (medians)\n",
+      "workers, window %lu MiB, destination pages %s, %u reps (medians)\n",
       static_cast<unsigned long>(blocks_), layout_.ToString().c_str(),
       static_cast<double>(blocks_ * layout_.block_bytes()) / kGiB, a_.turns,
       store_->GetInfo().io_engine.c_str(), a_.io_workers,
-      static_cast<unsigned long>(a_.window / kMiB), a_.reps);
-  std::printf("%-17s %9s %10s %15s %10s\n", "variant", "GB/s", "total ms", "first layer ms",
-              "reads");
+      static_cast<unsigned long>(a_.window / kMiB), a_.dest_pages.c_str(), a_.reps);
+  std::printf("%-17s %9s %10s %15s %10s %6s\n", "variant", "GB/s", "total ms", "first layer ms",
+              "reads", "cpu%");
   for (int v = 0; v < kVariants; ++v) {
     if (runs[v].empty()) continue;
-    std::printf("%-17s %9.3f %10.1f %15.1f %10lu\n", names[v], med(v, gbps), med(v, total),
-                med(v, first), static_cast<unsigned long>(reads(v)));
+    std::printf("%-17s %9.3f %10.1f %15.1f %10lu %6.0f\n", names[v], med(v, gbps), med(v, total),
+                med(v, first), static_cast<unsigned long>(reads(v)), 100 * med(v, cpu));
   }
   std::printf(
       "flat / raw = %.3f, flat / scattered = %.2f, flat / raw-slots = %.3f, raw-slots / raw = "
@@ -463,12 +514,15 @@ int RestoreBench::Main() {
                         {"reads_issued_scattered_object", reads(3)},
                         {"segments_x_layers", seg_layers},
                         {"first_layer_ms_flat", med(1, first)},
+                        {"raw_seq_cpu_util", med(0, cpu)},
+                        {"flat_cpu_util", med(1, cpu)},
                         {"first_layer_ms_scattered", med(2, first)},
                         {"first_layer_ms_scattered_object", med(3, first)},
                         {"bytes_verified", verified_},
                         {"mismatches", mismatches_},
                         {"raw_slots_mismatches", raw_slots_mismatches_},
-                        {"verify_checksums", !a_.no_verify}};
+                        {"verify_checksums", !a_.no_verify},
+                        {"dest_pages", a_.dest_pages}};
     std::printf("%s\n", j.dump().c_str());
   }
   return mismatches_ == 0 ? 0 : 1;
@@ -508,6 +562,11 @@ void RegisterRestoreBench(CLI::App& bench, int* exit_code) {
   cmd->add_flag("--no-verify", a->no_verify,
                 "Skip the store's checksum verification in the flat restore (the bench still "
                 "compares every byte afterwards)");
+  cmd->add_option("--dest-pages", a->dest_pages,
+                  "Pages of the restore destinations and the raw buffer: thp (transparent huge "
+                  "pages, as a serving engine's host KV pool) or 4k")
+      ->check(CLI::IsMember({"thp", "4k"}))
+      ->capture_default_str();
   cmd->add_option("--variants", a->variants,
                   "Comma-separated variants to run (a subset skips the ratios it lacks)")
       ->capture_default_str();
