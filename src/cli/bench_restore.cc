@@ -97,7 +97,7 @@ class HostMemory {
     map_ = static_cast<uint8_t*>(p);
     data_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(map_) + kHuge - 1) &
                                        ~uintptr_t{kHuge - 1});
-    if (huge) madvise(data_, bytes, MADV_HUGEPAGE);
+    madvise(data_, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
     std::memset(data_, 0, bytes);
   }
   ~HostMemory() {
@@ -195,7 +195,12 @@ Status RestoreBench::Setup() {
   StoreOptions o;
   o.dram_bytes = 0;
   o.ssd_dirs = {dir_};
-  o.ssd_file_bytes = 256 * kMiB;
+  // Pool files hold a whole number of turns (segments), about 256 MiB or one segment if larger,
+  // so the session's segments lie back to back from offset 0 (a segment never spans two files)
+  // and the raw variants can read exactly its bytes as one sequence.
+  const uint64_t seg_bytes = uint64_t{layout_.num_layers} * layout_.num_planes *
+                             ((blocks_ / a_.turns * layout_.slice_bytes + 4095) / 4096 * 4096);
+  o.ssd_file_bytes = seg_bytes * std::max<uint64_t>(1, 256 * kMiB / seg_bytes);
   o.ssd_bytes = ((blocks_ * block) / o.ssd_file_bytes + 2 + a_.turns) * o.ssd_file_bytes;
   o.io_engine = a_.io_engine;
   o.io_workers = a_.io_workers;
@@ -284,7 +289,7 @@ Result<Run> RestoreBench::Raw() {
   // The flat copy's bytes, read file after file in max-I/O sequential pieces straight into an
   // aligned buffer (no scatter: this is the disk's limit, not a restore).
   const StoreStats st = store_->GetStats();
-  const uint64_t total = st.ssd.admitted_bytes;
+  const uint64_t total = st.ssd.written_bytes;  // the segments, padding included
   if (!raw_buf_) {
     raw_buf_ = std::make_unique<HostMemory>(total, huge_pages_);
     if (!raw_buf_->data()) return Status::NoSpace("raw read buffer");
@@ -298,13 +303,14 @@ Result<Run> RestoreBench::SequentialReads(uint64_t total,
   const uint64_t fb = store_->options().ssd_file_bytes;
   const uint64_t chunk = store_->options().max_io_bytes;
   std::vector<IoOp> ops;
-  for (uint64_t pos = 0; pos < total; pos += chunk) {
+  for (uint64_t pos = 0; pos < total;) {
     IoOp op;
     op.file = static_cast<uint32_t>(pos / fb);
     op.offset = pos % fb;
-    op.len = std::min(chunk, std::min(total - pos, fb - op.offset));
+    op.len = std::min(chunk, std::min(total - pos, fb - op.offset));  // never across a file
     target(op, pos);
     ops.push_back(op);
+    pos += op.len;
   }
   const double c0 = CpuMs();
   auto t0 = Clock::now();
@@ -326,8 +332,12 @@ Result<Run> RestoreBench::RawSlots() {
   const uint64_t total = blocks_ * layout_.block_bytes();
   const uint64_t fb = store_->options().ssd_file_bytes;
   const uint64_t chunk = store_->options().max_io_bytes;
+  // Each turn must be one segment, and segments must tile the pool files exactly, or the flat
+  // copy is not back to back from offset 0 (a segment never spans two files).
+  const uint64_t seg_bytes = per_seg * layout_.block_bytes();
   if (store_->GetStats().ssd.admitted_bytes != total || s % 4096 != 0 || chunk % s != 0 ||
-      fb % s != 0 || (per_seg * s) % 4096 != 0) {
+      fb % s != 0 || (per_seg * s) % 4096 != 0 || seg_bytes > fb || fb % seg_bytes != 0 ||
+      chunk / s > kMaxIoVecs) {
     return Status::Unsupported("raw-slots: the flat copy is not laid out back to back");
   }
   std::vector<iovec> iov(total / s);
@@ -525,7 +535,7 @@ int RestoreBench::Main() {
                         {"dest_pages", a_.dest_pages}};
     std::printf("%s\n", j.dump().c_str());
   }
-  return mismatches_ == 0 ? 0 : 1;
+  return mismatches_ == 0 && raw_slots_mismatches_ == 0 ? 0 : 1;
 }
 
 }  // namespace

@@ -643,6 +643,9 @@ Result<ReplayReport> RunReplay(const std::vector<trace::TraceRequest>& requests,
     return Status::InvalidArgument("replay: prefill tokens/s must be > 0");
   }
   if (o.qps < 0) return Status::InvalidArgument("replay: qps must be >= 0");
+  if (o.policy == ReplayPolicy::kFlat && (o.flat_file_bytes == 0 || o.flat_file_bytes % 4096)) {
+    return Status::InvalidArgument("replay: --flat-file-bytes must be a positive multiple of 4096");
+  }
   const uint64_t per_token = o.model.kv_bytes_per_token
                                  ? o.model.kv_bytes_per_token
                                  : std::max<uint64_t>(1, o.model.block_bytes / block_tokens);

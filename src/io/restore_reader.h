@@ -75,9 +75,11 @@ struct RestoreStats {
 };
 
 using LayerCallback = std::function<void(uint32_t layer, const Status& status)>;
-// Runs once per slice, on the I/O worker that landed its last byte, right after the landing (for
-// a staged read: right after the copy, while the slice is still in cache), before its layer is
-// reported. Only for slices that landed: never for a failed read's.
+// Runs once per slice, on the I/O worker that landed its last byte, right after the landing and
+// before its layer is reported; only for slices that landed, never for a failed read's. For a
+// staged read it runs right after that slice's copy, while the slice is still in the core's cache
+// (a direct or vectored read's slices arrive by DMA and are read from memory). It delays the
+// release of the read's staging space, so it should be short (a hash, not I/O).
 using SliceCallback = std::function<void(const SliceRead& slice)>;
 
 class RestoreReader;

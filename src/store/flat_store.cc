@@ -484,7 +484,10 @@ bool FlatStore::SessionAliveLocked(const Session& sess) const {
 }
 
 void FlatStore::ForgetSessionLocked(std::unordered_map<std::string, Session>::iterator it) {
-  if (it->second.has_tail) tails_.erase(it->second.tail);
+  if (it->second.has_tail) {
+    auto t = tails_.find(it->second.tail);
+    if (t != tails_.end() && t->second == it->first) tails_.erase(t);
+  }
   sessions_.erase(it);
 }
 

@@ -22,6 +22,7 @@ size_t FlatStore::Exists(std::span<const Key> keys) {
     const size_t m = std::min(kChunk, keys.size() - n);
     const size_t found = index_->LookupPrefix(keys.subspan(n, m), entries);
     for (size_t i = 0; i < found; ++i) {
+      if (entries[i].scope_id >= options_.max_scopes) return n + i;  // never a valid entry
       ScopeSlot& s = scopes_[entries[i].scope_id];
       if (s.generation() != entries[i].scope_gen || !s.live()) return n + i;  // reclaimed
     }
