@@ -5,13 +5,13 @@
 #include <cstring>
 
 #include "io/coalesce.h"
+#include "util/align.h"
 
 namespace flatcake::baseline {
 namespace {
 
 constexpr uint64_t kAlign = 4096;
 using Clock = std::chrono::steady_clock;
-uint64_t AlignUp(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 // A block is stored as one page-contiguous object: its slices in [layer][plane] order.
 void CopyBlockIn(const BlockBuffers& src, const KvLayout& layout, uint64_t b, uint8_t* obj) {
@@ -39,7 +39,7 @@ double Since(std::chrono::steady_clock::time_point t0) {
 
 struct AlignedBuffer {
   explicit AlignedBuffer(uint64_t bytes)
-      : data(static_cast<uint8_t*>(std::aligned_alloc(kAlign, AlignUp(bytes)))) {}
+      : data(static_cast<uint8_t*>(std::aligned_alloc(kAlign, AlignUp(bytes, kAlign)))) {}
   ~AlignedBuffer() { std::free(data); }
   uint8_t* data;
 };
@@ -118,7 +118,7 @@ Status TieredStore::Init() {
 }
 
 uint64_t TieredStore::ObjectBytes(const KvLayout& layout) const {
-  return AlignUp(layout.block_bytes());
+  return AlignUp(layout.block_bytes(), kAlign);
 }
 
 // --- DRAM allocation and eviction ---
@@ -432,7 +432,7 @@ int64_t TieredStore::AcquireStaging(uint64_t bytes,
   for (;;) {
     auto off = staging_->Allocate(bytes);
     if (off.ok()) {
-      staging_used_ += AlignUp(bytes);
+      staging_used_ += AlignUp(bytes, kAlign);
       std::lock_guard<std::mutex> l2(mu_);
       stats_.staging_peak_bytes = std::max(stats_.staging_peak_bytes, staging_used_);
       return static_cast<int64_t>(*off);
@@ -446,7 +446,7 @@ void TieredStore::ReleaseStaging(uint64_t off, uint64_t bytes) {
   {
     std::lock_guard<std::mutex> lock(staging_mu_);
     staging_->Free(off, bytes);
-    staging_used_ -= AlignUp(bytes);
+    staging_used_ -= AlignUp(bytes, kAlign);
   }
   staging_cv_.notify_all();
 }

@@ -38,6 +38,7 @@
 #include "store/flat_store.h"
 #include "store/staging.h"
 #include "testing/test_util.h"
+#include "util/align.h"
 
 namespace flatcake::cli {
 namespace {
@@ -199,7 +200,7 @@ Status RestoreBench::Setup() {
   // so the session's segments lie back to back from offset 0 (a segment never spans two files)
   // and the raw variants can read exactly its bytes as one sequence.
   const uint64_t seg_bytes = uint64_t{layout_.num_layers} * layout_.num_planes *
-                             ((blocks_ / a_.turns * layout_.slice_bytes + 4095) / 4096 * 4096);
+                             AlignUp(blocks_ / a_.turns * layout_.slice_bytes, 4096);
   o.ssd_file_bytes = seg_bytes * std::max<uint64_t>(1, 256 * kMiB / seg_bytes);
   o.ssd_bytes = ((blocks_ * block) / o.ssd_file_bytes + 2 + a_.turns) * o.ssd_file_bytes;
   o.io_engine = a_.io_engine;

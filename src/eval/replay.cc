@@ -17,6 +17,7 @@
 #include "sched/mas_scheduler.h"
 #include "store/flat_store.h"
 #include "testing/test_util.h"
+#include "util/align.h"
 
 namespace flatcake::eval {
 namespace {
@@ -672,7 +673,7 @@ Result<ReplayReport> RunReplay(const std::vector<trace::TraceRequest>& requests,
     // budget (to 4 KiB per file): both policies get the same capacity.
     const uint64_t files =
         std::max<uint64_t>(1, (o.ssd_bytes + o.flat_file_bytes - 1) / o.flat_file_bytes);
-    so.ssd_file_bytes = std::max<uint64_t>(4096, o.ssd_bytes / files / 4096 * 4096);
+    so.ssd_file_bytes = std::max<uint64_t>(4096, AlignDown(o.ssd_bytes / files, 4096));
     so.ssd_bytes = so.ssd_file_bytes * files;
     so.tokens_per_block = block_tokens;
     so.tau_tokens = o.tau_tokens;

@@ -6,14 +6,13 @@
 #include <mutex>
 #include <string>
 
+#include "util/align.h"
+
 namespace flatcake {
 namespace {
 
 constexpr int kDigitBits = 11;  // 2048 buckets: histograms stay in L1, 4 passes cover 44 bits
 constexpr uint32_t kBuckets = 1u << kDigitBits;
-
-uint64_t AlignDown(uint64_t v, uint64_t a) { return v & ~(a - 1); }
-uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 
 std::string SliceText(size_t i) { return "slice " + std::to_string(i); }
 

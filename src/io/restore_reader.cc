@@ -8,6 +8,8 @@
 #include <cstring>
 #include <string>
 
+#include "util/align.h"
+
 namespace flatcake {
 namespace {
 
@@ -15,8 +17,6 @@ constexpr uint64_t kNone = ~0ull;
 constexpr uint64_t kStagingAlign = 4096;       // O_DIRECT buffer alignment
 constexpr uint64_t kWindowAlign = 2ull << 20;  // lets the kernel back the window with huge pages
 constexpr uint64_t kMaxDiscard = 1ull << 20;   // larger gaps take several discard iovecs
-
-uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // Bytes of slice `s` that fall inside read `r`: [lo, hi) in file offsets.
 inline void Intersect(const SliceRead& s, const MergedRead& r, uint64_t* lo, uint64_t* hi) {

@@ -8,12 +8,12 @@
 #include <fstream>
 #include <string>
 
+#include "util/align.h"
+
 namespace flatcake {
 namespace {
 
 constexpr uint64_t kHugePage = 2 * kMiB;
-
-uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // Free reserved huge pages, in bytes (0 when none or unknown).
 uint64_t FreeHugeTlbBytes() {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "util/align.h"
+
 namespace flatcake {
 
 ExtentAllocator::ExtentAllocator(uint64_t capacity, uint64_t boundary, uint64_t alignment)
@@ -25,7 +27,7 @@ void ExtentAllocator::Carve(std::map<uint64_t, uint64_t>::iterator it, uint64_t 
 
 Result<uint64_t> ExtentAllocator::Allocate(uint64_t bytes, uint64_t hint) {
   if (bytes == 0) return Status::InvalidArgument("zero-byte allocation");
-  const uint64_t want = Align(bytes);
+  const uint64_t want = AlignUp(bytes, alignment_);
   if (boundary_ != 0 && want > boundary_) {
     return Status::InvalidArgument("allocation of " + std::to_string(want) + " bytes exceeds the " +
                                    std::to_string(boundary_) + "-byte file size");
@@ -53,7 +55,7 @@ Result<uint64_t> ExtentAllocator::Allocate(uint64_t bytes, uint64_t hint) {
 }
 
 void ExtentAllocator::Free(uint64_t offset, uint64_t bytes) {
-  const uint64_t len = Align(bytes);
+  const uint64_t len = AlignUp(bytes, alignment_);
   std::lock_guard<std::mutex> lock(mu_);
   used_ -= len;
   auto it = free_.emplace(offset, len).first;

@@ -39,7 +39,6 @@ class ExtentAllocator {
   size_t free_ranges() const;
 
  private:
-  uint64_t Align(uint64_t bytes) const { return (bytes + alignment_ - 1) & ~(alignment_ - 1); }
   // Takes [off, off + len) out of the free range at `it`. REQUIRES: mu_ held, range inside it.
   void Carve(std::map<uint64_t, uint64_t>::iterator it, uint64_t off, uint64_t len);
 

@@ -8,14 +8,13 @@
 
 #include "store/placement.h"
 #include "store/staging.h"
+#include "util/align.h"
 #include "util/checksum.h"
 
 namespace flatcake {
 namespace {
 
 constexpr uint64_t kRunAlign = 4096;
-uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-uint64_t AlignDown(uint64_t v, uint64_t a) { return v / a * a; }
 
 uint64_t RunStride(const KvLayout& layout, uint64_t n) {
   return AlignUp(n * layout.slice_bytes, kRunAlign);

@@ -14,6 +14,7 @@
 #include "flatcake/layout.h"
 #include "io/io_engine.h"
 #include "store/scope.h"
+#include "util/align.h"
 
 namespace flatcake {
 
@@ -21,7 +22,7 @@ namespace flatcake {
 class StagingBuffer {
  public:
   explicit StagingBuffer(uint64_t bytes)
-      : data_(static_cast<uint8_t*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096))) {}
+      : data_(static_cast<uint8_t*>(std::aligned_alloc(4096, AlignUp(bytes, 4096)))) {}
   ~StagingBuffer() { std::free(data_); }
   StagingBuffer(const StagingBuffer&) = delete;
   StagingBuffer& operator=(const StagingBuffer&) = delete;
