@@ -10,6 +10,23 @@ namespace flatcake {
 
 namespace {
 
+// Accounts for one pread/pwrite(v) result `r` of `op` with `*done` bytes already moved. Returns
+// OK and advances *done, OK without advancing for an interrupted call (retry), or the error:
+// a 0-byte read is end of file, and a 0-byte write means the device accepted nothing, treated
+// like a full medium.
+Status Advance(const IoOp& op, ssize_t r, uint64_t* done) {
+  if (r < 0) {
+    if (errno == EINTR || errno == EAGAIN) return Status::OK();
+    return IoErrnoStatus(op, *done, errno);
+  }
+  if (r == 0) {
+    if (op.opcode == IoOpcode::kWrite) return IoErrnoStatus(op, *done, ENOSPC);
+    return IoEofStatus(op, *done);
+  }
+  *done += static_cast<uint64_t>(r);
+  return Status::OK();
+}
+
 // The vectored form of TransferSync: preadv/pwritev over the op's iovec list, continuing a short
 // transfer from the iovec (and byte within it) where it stopped.
 Status TransferVectored(int fd, const IoOp& op, uint64_t cap) {
@@ -27,15 +44,7 @@ Status TransferVectored(int fd, const IoOp& op, uint64_t cap) {
     const off_t off = static_cast<off_t>(op.offset + done);
     const ssize_t r = op.opcode == IoOpcode::kRead ? ::preadv(fd, v, static_cast<int>(cnt), off)
                                                    : ::pwritev(fd, v, static_cast<int>(cnt), off);
-    if (r < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return IoErrnoStatus(op, done, errno);
-    }
-    if (r == 0) {
-      if (op.opcode == IoOpcode::kWrite) return IoErrnoStatus(op, done, ENOSPC);
-      return IoEofStatus(op, done);
-    }
-    done += static_cast<uint64_t>(r);
+    FC_RETURN_IF_ERROR(Advance(op, r, &done));
   }
   return Status::OK();
 }
@@ -53,16 +62,7 @@ Status TransferSync(int fd, const IoOp& op, uint64_t max_chunk) {
     const off_t off = static_cast<off_t>(op.offset + done);
     const ssize_t r = op.opcode == IoOpcode::kRead ? ::pread(fd, p + done, n, off)
                                                    : ::pwrite(fd, p + done, n, off);
-    if (r < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return IoErrnoStatus(op, done, errno);
-    }
-    if (r == 0) {
-      // A write of 0 bytes means the device accepted nothing; treat like a full medium.
-      if (op.opcode == IoOpcode::kWrite) return IoErrnoStatus(op, done, ENOSPC);
-      return IoEofStatus(op, done);
-    }
-    done += static_cast<uint64_t>(r);
+    FC_RETURN_IF_ERROR(Advance(op, r, &done));
   }
   return Status::OK();
 }
