@@ -78,6 +78,19 @@ uint64_t Mismatches(const std::vector<SliceRead>& slices) {
   return bad;
 }
 
+// Counts bytes of `buf` outside every slice's destination that no longer hold the 0xEE canary.
+uint64_t CanariesOverwritten(const std::vector<uint8_t>& buf,
+                             const std::vector<SliceRead>& slices) {
+  std::vector<bool> inside(buf.size(), false);
+  for (const auto& s : slices) {
+    std::fill(inside.begin() + (s.dest - buf.data()),
+              inside.begin() + (s.dest - buf.data()) + s.len, true);
+  }
+  uint64_t bad = 0;
+  for (size_t i = 0; i < buf.size(); ++i) bad += !inside[i] && buf[i] != 0xEE;
+  return bad;
+}
+
 TEST_P(RestoreTest, ScattersByteExactIntoUnalignedDestinations) {
   // Slices of odd sizes at odd offsets, with gaps and across both files, into odd destinations
   // separated by canary bytes.
@@ -100,15 +113,7 @@ TEST_P(RestoreTest, ScattersByteExactIntoUnalignedDestinations) {
   auto reader = Reader(8 << 20);
   ASSERT_TRUE(reader->Restore(slices).ok());
   EXPECT_EQ(Mismatches(slices), 0u);
-  // Canaries untouched.
-  std::vector<bool> inside(dest.size(), false);
-  for (const auto& s : slices) {
-    std::fill(inside.begin() + (s.dest - dest.data()),
-              inside.begin() + (s.dest - dest.data()) + s.len, true);
-  }
-  uint64_t canary_bad = 0;
-  for (size_t i = 0; i < dest.size(); ++i) canary_bad += !inside[i] && dest[i] != 0xEE;
-  EXPECT_EQ(canary_bad, 0u);
+  EXPECT_EQ(CanariesOverwritten(dest, slices), 0u);
   const RestoreStats st = reader->stats();
   uint64_t requested = 0;
   for (const auto& s : slices) requested += s.len;
@@ -461,14 +466,7 @@ TEST_P(RestoreTest, MixedAlignedAndUnalignedDestinationsFallBack) {
   ASSERT_TRUE(made.ok());
   ASSERT_TRUE((*made)->Restore(slices).ok());
   EXPECT_EQ(Mismatches(slices), 0u);
-  std::vector<bool> inside(canvas.size(), false);
-  for (const auto& s : slices) {
-    std::fill(inside.begin() + (s.dest - canvas.data()),
-              inside.begin() + (s.dest - canvas.data()) + s.len, true);
-  }
-  uint64_t canary_bad = 0;
-  for (size_t i = 0; i < canvas.size(); ++i) canary_bad += !inside[i] && canvas[i] != 0xEE;
-  EXPECT_EQ(canary_bad, 0u);
+  EXPECT_EQ(CanariesOverwritten(canvas, slices), 0u);
   const RestoreStats st = (*made)->stats();
   EXPECT_EQ(st.vectored_reads, 2u);   // A and C
   EXPECT_EQ(st.scattered_reads, 2u);  // B and D
