@@ -44,10 +44,10 @@ using Clock = std::chrono::steady_clock;
 
 struct IndexBenchOptions {
   size_t capacity = size_t{1} << 21;
-  double seconds = 0.25;
+  double seconds = 0.15;
   uint64_t ops = 0;
   double hit_ratio = 0.9;
-  int rounds = 3;
+  int rounds = 5;
   size_t batch = 32;
   bool json = false;
 };
@@ -146,7 +146,8 @@ struct CellResult {
   int threads = 0;
   double load = 0;
   double insert_mops = 0;
-  double lookup_mops = 0;
+  double lookup_mops = 0;          // median of the rounds
+  std::vector<double> round_mops;  // each round, in order (paired with the other rows')
   uint64_t lookups = 0;
   bool correct = true;
 };
@@ -271,6 +272,15 @@ double Median(std::vector<double> v) {
   return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
+// Median over rounds of a's lookup rate over b's in the same round.
+double MedianRatio(const CellResult& a, const CellResult& b) {
+  std::vector<double> r;
+  for (size_t i = 0; i < a.round_mops.size() && i < b.round_mops.size(); ++i) {
+    r.push_back(a.round_mops[i] / b.round_mops[i]);
+  }
+  return r.empty() ? 0.0 : Median(std::move(r));
+}
+
 // One (load, threads) cell for all three structures. The lookup rounds of the three are
 // interleaved and each reports its median, so a burst of load from other processes on the
 // machine hits all of them alike rather than skewing one.
@@ -297,20 +307,17 @@ void RunCell(const IndexBenchOptions& opt, const std::vector<Key>& keys, double 
   flat_batch_res.correct = flat_res.correct;
   mutex_batch_res.insert_mops = mutex_res.insert_mops;
   mutex_batch_res.correct = mutex_res.correct;
-  std::vector<double> f, fb, m, mb, t;
   for (int round = 0; round < opt.rounds; ++round) {
-    f.push_back(LookupRound(opt, *flat, threads, 0, queries, &flat_res));
-    fb.push_back(LookupRound(opt, *flat, threads, opt.batch, queries, &flat_batch_res));
-    m.push_back(LookupRound(opt, *mutex_map, threads, 0, queries, &mutex_res));
-    mb.push_back(LookupRound(opt, *mutex_map, threads, opt.batch, queries, &mutex_batch_res));
-    t.push_back(LookupRound(opt, *tbb, threads, 0, queries, &tbb_res));
+    flat_res.round_mops.push_back(LookupRound(opt, *flat, threads, 0, queries, &flat_res));
+    flat_batch_res.round_mops.push_back(
+        LookupRound(opt, *flat, threads, opt.batch, queries, &flat_batch_res));
+    mutex_res.round_mops.push_back(LookupRound(opt, *mutex_map, threads, 0, queries, &mutex_res));
+    mutex_batch_res.round_mops.push_back(
+        LookupRound(opt, *mutex_map, threads, opt.batch, queries, &mutex_batch_res));
+    tbb_res.round_mops.push_back(LookupRound(opt, *tbb, threads, 0, queries, &tbb_res));
   }
-  flat_res.lookup_mops = Median(f);
-  flat_batch_res.lookup_mops = Median(fb);
-  mutex_res.lookup_mops = Median(m);
-  mutex_batch_res.lookup_mops = Median(mb);
-  tbb_res.lookup_mops = Median(t);
   for (CellResult* r : {&flat_res, &flat_batch_res, &mutex_res, &mutex_batch_res, &tbb_res}) {
+    r->lookup_mops = Median(r->round_mops);
     cells->push_back(*r);
   }
 }
@@ -353,7 +360,7 @@ int RunIndexBench(const IndexBenchOptions& opt) {
 
   std::printf(
       "index benchmark: capacity %zu slots, hit ratio %.2f, lookups: median of %d rounds "
-      "of %s\n"
+      "of %s (ratios: median of the per-round ratios)\n"
       "lookup shapes: single = one call per key; batch = %zu keys per call (flat: LookupBatch, "
       "the path FlatStore::Get/Exists use; mutex map: one shared lock per batch)\n",
       capacity, opt.hit_ratio, opt.rounds,
@@ -382,10 +389,12 @@ int RunIndexBench(const IndexBenchOptions& opt) {
   const CellResult& mutex_map = find(MutexMapAdapter::kName, "batch", 2, 0.9);
   const CellResult& mutex_single = find(MutexMapAdapter::kName, "single", 2, 0.9);
   const CellResult& tbb = find(TbbAdapter::kName, "single", 2, 0.9);
-  double flat_vs_mutex = flat.lookup_mops / mutex_map.lookup_mops;
-  double flat_vs_tbb = flat.lookup_mops / tbb.lookup_mops;
-  double single_vs_mutex = flat_single.lookup_mops / mutex_single.lookup_mops;
-  double single_vs_tbb = flat_single.lookup_mops / tbb.lookup_mops;
+  // Each ratio is the median of the per-round ratios: the two rows of a round ran seconds apart,
+  // so a burst of load from other processes skews a round's pair together and cancels.
+  double flat_vs_mutex = MedianRatio(flat, mutex_map);
+  double flat_vs_tbb = MedianRatio(flat, tbb);
+  double single_vs_mutex = MedianRatio(flat_single, mutex_single);
+  double single_vs_tbb = MedianRatio(flat_single, tbb);
   std::printf(
       "2 threads, 90%% load, batch shape (the store's): flat/mutex map lookups %.2fx (target >= "
       "3), flat/tbb %.2fx (target > 1)\n"
@@ -421,6 +430,7 @@ int RunIndexBench(const IndexBenchOptions& opt) {
                         {"load", c.load},
                         {"insert_mops", c.insert_mops},
                         {"lookup_mops", c.lookup_mops},
+                        {"round_lookup_mops", c.round_mops},
                         {"lookups", c.lookups},
                         {"correct", c.correct}});
     }
@@ -457,7 +467,7 @@ void RegisterIndexBench(CLI::App& bench, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--rounds", opt->rounds,
                   "Lookup rounds per structure and cell, interleaved across the structures; the "
-                  "median is reported")
+                  "median is reported, and each ratio is the median of the per-round ratios")
       ->capture_default_str();
   cmd->add_option("--batch", opt->batch,
                   "Keys per call in the batch shape (flat LookupBatch, mutex map one lock per "
