@@ -392,6 +392,10 @@ RestoreStats RestoreReader::stats() const {
 }
 
 uint64_t RestoreReader::RingAllocate(uint64_t len) {
+  // An empty ring restarts at the window's start: otherwise a read needing more than the space
+  // between the old head position and the window's end (plus the space before it, which is free
+  // but sits behind the padding) would wait forever with nothing in flight to free anything.
+  if (ring_.empty()) ring_tail_ = ring_head_ = AlignUp(ring_head_, window_bytes_);
   const uint64_t pos = ring_head_ % window_bytes_;
   const uint64_t pad = pos + len > window_bytes_ ? window_bytes_ - pos : 0;
   if (ring_head_ + pad + len - ring_tail_ > window_bytes_) return kNone;
@@ -408,9 +412,8 @@ uint64_t RestoreReader::RingAllocate(uint64_t len) {
 void RestoreReader::Release(const RestoreHandle::ReadState& read, uint64_t len) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!read.issued) return;  // skipped after an error: it never took any budget
-  if (read.mode != RestoreHandle::Mode::kScattered) {
-    direct_inflight_ -= std::min(direct_inflight_, len);
-  } else if (read.ring_pos != kNone) {
+  inflight_ -= std::min(inflight_, len);
+  if (read.mode == RestoreHandle::Mode::kScattered && read.ring_pos != kNone) {
     auto it = std::lower_bound(ring_.begin(), ring_.end(), read.ring_pos,
                                [](const RingBlock& b, uint64_t pos) { return b.start < pos; });
     if (it != ring_.end() && it->start == read.ring_pos) it->freed = true;
@@ -477,17 +480,17 @@ void RestoreReader::IssueLoop() {
         }
         const MergedRead& r = p.reads[idx];
         RestoreHandle::ReadState& rs = h->reads_[idx];
-        if (rs.mode != RestoreHandle::Mode::kScattered) {
-          // In place: no window space, but the same budget of bytes in flight.
-          if (direct_inflight_ > 0 && direct_inflight_ + r.len > window_bytes_) break;
-          direct_inflight_ += r.len;
-        } else {
+        // One budget of bytes in flight for every mode (a lone read larger than the window
+        // still goes); staged reads also need their space in the window.
+        if (inflight_ > 0 && inflight_ + r.len > window_bytes_) break;
+        if (rs.mode == RestoreHandle::Mode::kScattered) {
           const uint64_t pos = RingAllocate(AlignUp(r.len, kStagingAlign));
           if (pos == kNone) break;
           rs.ring_pos = pos;
           rs.buf = window_ + pos % window_bytes_;
           h->scattered_.fetch_add(1, std::memory_order_relaxed);
         }
+        inflight_ += r.len;
         rs.issued = true;
         if (rs.mode == RestoreHandle::Mode::kVectored) {
           AppendVectoredOps(*h, idx, &batch);

@@ -17,10 +17,11 @@
 //
 // Memory: one staging window of `window_bytes`, allocated aligned once per reader, pre-faulted and
 // registered with the engine (io_uring fixed buffers where the engine supports it). Staged reads
-// allocate from it in issue order (a ring; a region is reused once every earlier region is freed);
-// direct and vectored reads do not use it but are held to the same byte budget. The discard
-// buffer of vectored reads is written concurrently by many reads and never read. When the window is
-// full the issuer waits for completions: backpressure delays, it never aborts a restore.
+// allocate from it in issue order (a ring; a region is reused once every earlier region is freed,
+// and an emptied ring starts over at the window's start). Direct and vectored reads do not use
+// it, but every read, staged or not, counts against one budget of window_bytes in flight. The
+// discard buffer of vectored reads is written concurrently by many reads and never read. When the
+// window is full the issuer waits for completions: backpressure delays, it never aborts a restore.
 //
 // Thread safety: Start may be called from any thread; concurrent restores share the window and are
 // issued in Start order. One internal thread issues reads; the engine's threads complete them and
@@ -207,7 +208,7 @@ class RestoreReader {
   std::deque<RingBlock> ring_;                        // GUARDED_BY(mu_), in start order
   uint64_t ring_head_ = 0;                            // GUARDED_BY(mu_)
   uint64_t ring_tail_ = 0;                            // GUARDED_BY(mu_)
-  uint64_t direct_inflight_ = 0;                      // GUARDED_BY(mu_)
+  uint64_t inflight_ = 0;                             // GUARDED_BY(mu_); bytes of issued reads
   std::deque<std::shared_ptr<RestoreHandle>> queue_;  // GUARDED_BY(mu_)
   size_t active_ = 0;                                 // GUARDED_BY(mu_): restores not yet done
   bool stop_ = false;                                 // GUARDED_BY(mu_)
