@@ -541,17 +541,14 @@ TEST_P(RestoreTest, VectoredReadsStayWithinTheInFlightBudget) {
   auto dest = AllocAligned(total);
   auto slices = LayerMajorSession(0, 0, layers, planes, blocks, slice, dest.get());
   InflightTrackingEngine tracking(*engine_);
-  RestoreOptions o;
-  o.min_vector_entry_bytes = 0;  // vector any read that lines up
-  o.window_bytes = 256 << 10;
-  auto made = RestoreReader::Create(tracking, o);
-  ASSERT_TRUE(made.ok());
-  ASSERT_TRUE((*made)->Restore(slices).ok());
+  const uint64_t window = 256 << 10;
+  auto reader = Reader(window, &tracking);
+  ASSERT_TRUE(reader->Restore(slices).ok());
   EXPECT_EQ(Mismatches(slices), 0u);
-  EXPECT_EQ((*made)->stats().vectored_reads, total / (256 << 10));
-  EXPECT_EQ(tracking.vectored_ops(), total / (256 << 10));
+  EXPECT_EQ(reader->stats().vectored_reads, total / window);
+  EXPECT_EQ(tracking.vectored_ops(), total / window);
   EXPECT_GT(tracking.max_inflight(), 0u);
-  EXPECT_LE(tracking.max_inflight(), o.window_bytes);
+  EXPECT_LE(tracking.max_inflight(), window);
 }
 
 TEST_P(RestoreTest, StagedAndVectoredReadsShareOneInFlightBudget) {
@@ -566,16 +563,13 @@ TEST_P(RestoreTest, StagedAndVectoredReadsShareOneInFlightBudget) {
   auto odd = LayerMajorSession(1, 0, layers, planes, blocks, slice, staged.get() + 1);
   slices.insert(slices.end(), odd.begin(), odd.end());
   InflightTrackingEngine tracking(*engine_);
-  RestoreOptions o;
-  o.min_vector_entry_bytes = 0;  // vector any read that lines up
-  o.window_bytes = 256 << 10;
-  auto made = RestoreReader::Create(tracking, o);
-  ASSERT_TRUE(made.ok());
-  ASSERT_TRUE((*made)->Restore(slices).ok());
+  const uint64_t window = 256 << 10;
+  auto reader = Reader(window, &tracking);
+  ASSERT_TRUE(reader->Restore(slices).ok());
   EXPECT_EQ(Mismatches(slices), 0u);
-  EXPECT_GT((*made)->stats().vectored_reads, 0u);
-  EXPECT_GT((*made)->stats().scattered_reads, 0u);
-  EXPECT_LE(tracking.max_inflight(), o.window_bytes);
+  EXPECT_GT(reader->stats().vectored_reads, 0u);
+  EXPECT_GT(reader->stats().scattered_reads, 0u);
+  EXPECT_LE(tracking.max_inflight(), window);
 }
 
 TEST_P(RestoreTest, StagedReadAsLargeAsTheWindowAfterASmallOne) {
