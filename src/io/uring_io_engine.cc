@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <deque>
 #include <functional>
 #include <future>
 #include <mutex>
+#include <string>
 #include <thread>
 
 namespace flatcake {
@@ -19,6 +21,15 @@ namespace {
 
 constexpr uint64_t kWakeTag = ~0ull;  // user_data of the eventfd read that wakes a worker
 constexpr uint64_t kDefaultMaxSqeBytes = 1ull << 30;
+// Most entries the kernel gives a ring without IORING_SETUP_CLAMP (IORING_MAX_ENTRIES); larger
+// requests fail with EINVAL. Used only to explain that failure: the kernel stays the judge.
+constexpr unsigned kKernelMaxRingEntries = 32768;
+
+// Adds to a counter that only its worker thread writes: a relaxed load and store, not a locked
+// read-modify-write, since nothing else ever writes it. Readers (stats()) may see it a little late.
+inline void Bump(std::atomic<uint64_t>& counter, uint64_t n = 1) {
+  counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
 
 }  // namespace
 
@@ -110,6 +121,9 @@ class UringIoEngine::Worker {
     s.resubmissions = resubmissions_.load(std::memory_order_relaxed);
     s.submit_calls = submit_calls_.load(std::memory_order_relaxed);
     s.vectored_sqes = vectored_sqes_.load(std::memory_order_relaxed);
+    s.submit_batches = submit_batches_.load(std::memory_order_relaxed);
+    s.reap_passes = reap_passes_.load(std::memory_order_relaxed);
+    s.cqes_reaped = cqes_reaped_.load(std::memory_order_relaxed);
     return s;
   }
 
@@ -151,13 +165,25 @@ class UringIoEngine::Worker {
       rc = io_uring_queue_init(entries, &ring_, flags);
       if (rc != -EINVAL) break;
     }
-    if (rc < 0) return Status::FromErrno(-rc, "io_uring_queue_init");
+    if (rc < 0) {
+      Status s =
+          Status::FromErrno(-rc, "io_uring_queue_init(" + std::to_string(entries) +
+                                     " entries for queue depth " + std::to_string(depth_) + ")");
+      if (rc == -EINVAL && depth_ >= kKernelMaxRingEntries) {  // also if depth_ + 1 wrapped
+        s = Status::InvalidArgument(std::string(s.message()) + ": a ring holds at most " +
+                                    std::to_string(kKernelMaxRingEntries) +
+                                    " entries, so the queue depth must be at most " +
+                                    std::to_string(kKernelMaxRingEntries - 1));
+      }
+      return s;
+    }
     return Status::OK();
   }
 
   io_uring_sqe* GetSqe() {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     while (sqe == nullptr) {  // unreachable while in-flight <= depth; kept as a safety net
+      Bump(submit_batches_);
       io_uring_submit(&ring_);
       sqe = io_uring_get_sqe(&ring_);
     }
@@ -196,7 +222,7 @@ class UringIoEngine::Worker {
         } else {
           io_uring_prep_write_fixed(sqe, fd, p, n, off, region);
         }
-        fixed_sqes_.fetch_add(1, std::memory_order_relaxed);
+        Bump(fixed_sqes_);
       } else if (read) {
         io_uring_prep_read(sqe, fd, p, n, off);
       } else {
@@ -205,7 +231,7 @@ class UringIoEngine::Worker {
     }
     if (fixed_files_) sqe->flags |= IOSQE_FIXED_FILE;
     io_uring_sqe_set_data64(sqe, idx);
-    sqes_.fetch_add(1, std::memory_order_relaxed);
+    Bump(sqes_);
   }
 
   // READV / WRITEV. The caller's list goes to the kernel as is when it is whole and within the
@@ -225,7 +251,7 @@ class UringIoEngine::Worker {
     } else {
       io_uring_prep_writev(sqe, fd, v, cnt, off);
     }
-    vectored_sqes_.fetch_add(1, std::memory_order_relaxed);
+    Bump(vectored_sqes_);
   }
 
   void Finish(uint32_t idx, Status status) {
@@ -238,6 +264,7 @@ class UringIoEngine::Worker {
   void Reap() {
     unsigned head;
     unsigned count = 0;
+    unsigned op_cqes = 0;
     bool rearm = false;
     io_uring_cqe* cqe;
     io_uring_for_each_cqe(&ring_, head, cqe) {
@@ -247,13 +274,14 @@ class UringIoEngine::Worker {
         rearm = true;
         continue;
       }
+      ++op_cqes;
       const auto idx = static_cast<uint32_t>(ud);
       Slot& s = slots_[idx];
       const int res = cqe->res;
       if (res > 0) {
         s.done += static_cast<uint64_t>(res);
         if (s.done < s.op.len) {
-          resubmissions_.fetch_add(1, std::memory_order_relaxed);
+          Bump(resubmissions_);
           resubmit_.push_back(idx);
         } else {
           Finish(idx, Status::OK());
@@ -268,11 +296,15 @@ class UringIoEngine::Worker {
       }
     }
     io_uring_cq_advance(&ring_, count);
+    if (op_cqes > 0) {
+      Bump(reap_passes_);
+      Bump(cqes_reaped_, op_cqes);
+    }
     if (rearm) ArmWake();
   }
 
   void Deliver() {
-    ops_.fetch_add(finished_.size(), std::memory_order_relaxed);
+    Bump(ops_, finished_.size());
     for (auto& f : finished_) f.sink->OnIoComplete(f.tag, f.status);
     finished_.clear();
   }
@@ -333,7 +365,8 @@ class UringIoEngine::Worker {
       }
       Deliver();
       if (stopping && inflight_ == 0) break;
-      submit_calls_.fetch_add(1, std::memory_order_relaxed);
+      Bump(submit_calls_);
+      if (io_uring_sq_ready(&ring_) > 0) Bump(submit_batches_);
       // Ops still queued with room for them (some taken ops needed no I/O): submit without
       // blocking and come straight back for them.
       const int rc = more && inflight_ < depth_ ? io_uring_submit(&ring_)
@@ -373,8 +406,9 @@ class UringIoEngine::Worker {
   bool fixed_files_ = false;
   std::vector<IoBufferRegion> regions_;
 
+  // Counters for stats(): written by the worker thread only (see Bump), read by anyone.
   std::atomic<uint64_t> ops_{0}, sqes_{0}, fixed_sqes_{0}, resubmissions_{0}, submit_calls_{0},
-      vectored_sqes_{0};
+      vectored_sqes_{0}, submit_batches_{0}, reap_passes_{0}, cqes_reaped_{0};
 };
 
 Result<std::unique_ptr<UringIoEngine>> UringIoEngine::Create(const Options& options) {
@@ -453,6 +487,9 @@ UringIoEngine::Stats UringIoEngine::stats() const {
     total.resubmissions += s.resubmissions;
     total.submit_calls += s.submit_calls;
     total.vectored_sqes += s.vectored_sqes;
+    total.submit_batches += s.submit_batches;
+    total.reap_passes += s.reap_passes;
+    total.cqes_reaped += s.cqes_reaped;
   }
   return total;
 }

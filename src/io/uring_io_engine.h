@@ -37,12 +37,23 @@ class UringIoEngine : public IoEngine {
     uint64_t sqes = 0;  // SQEs prepared, including resubmissions
     uint64_t fixed_buffer_sqes = 0;
     uint64_t resubmissions = 0;  // short transfers continued
-    uint64_t submit_calls = 0;   // io_uring_submit_and_wait calls
+    // Round trips of the worker loop into the kernel (submit, or submit and wait), including the
+    // ones that only wait for completions.
+    uint64_t submit_calls = 0;
     uint64_t vectored_sqes = 0;  // READV / WRITEV SQEs, including resubmissions
+    // Submissions that carried at least one SQE: with batching, a burst of ops taken together
+    // costs one of these, not one per op.
+    uint64_t submit_batches = 0;
+    // Reaping passes that found at least one op completion, and the op completions they took
+    // (the workers' own wake-up reads are not counted): cqes_reaped / reap_passes is the mean
+    // completion batch.
+    uint64_t reap_passes = 0;
+    uint64_t cqes_reaped = 0;
   };
 
-  // Sets up every worker's ring; fails (e.g. io_uring disabled or unsupported) without side
-  // effects, so callers can fall back to another engine.
+  // Sets up every worker's ring; fails (e.g. io_uring disabled or unsupported, or a queue depth
+  // beyond what a ring can hold) without side effects, so callers can fall back to another
+  // engine.
   static Result<std::unique_ptr<UringIoEngine>> Create(const Options& options);
   ~UringIoEngine() override;
   UringIoEngine(const UringIoEngine&) = delete;
@@ -59,6 +70,8 @@ class UringIoEngine : public IoEngine {
   void UnregisterBuffers(std::span<const IoBufferRegion> regions) override;
 
   bool files_registered() const { return files_registered_.load(); }
+  // Sums every worker's counters. Each counter has a single writer (its worker), so reading
+  // while ops are in flight gives a slightly stale but never torn value.
   Stats stats() const;
 
  private:
