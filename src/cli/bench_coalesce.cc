@@ -1,13 +1,18 @@
 // `flatcake bench coalesce`: how long read planning (sort + merge + align + split) takes for
 // realistic restore requests: the slices of a few sessions' layer-major segments, with a few
 // missing blocks (partial prefix hits) leaving gaps, shuffled as a radix-tree walk would hand them
-// over. Reports, for a small and a large request, one cold run (fresh memory) and the median of
-// warm runs that reuse the plan's memory, as a long-lived reader does.
+// over. Reports, for a small and a large request: the headline plan_ms, the median of runs that
+// each build a fresh plan object exactly as RestoreReader::Start does for every restore
+// (PlanReads returning a new CoalescePlan, so each run faults in its own plan memory); the cold
+// run, the first of those, which also pays for growing the process heap; and, apart, the median
+// of runs planning into one reused plan (memory already faulted in), the planner's compute floor.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cli/commands.h"
@@ -16,8 +21,12 @@
 namespace flatcake::cli {
 namespace {
 
+// The request size the planning target (<= 100 ms) is stated for.
+constexpr uint64_t kTargetDescs = 1000000;
+constexpr double kTargetPlanMs = 100.0;
+
 struct CoalesceBenchArgs {
-  uint64_t descs = 1000000;
+  uint64_t descs = kTargetDescs;
   uint64_t descs_small = 100000;
   uint32_t sessions = 4;
   uint32_t layers = 32;
@@ -33,12 +42,76 @@ struct CoalesceBenchArgs {
   bool json = false;
 };
 
+// The flags as parsed: signed and wide, so that a negative or huge value reaches ToArgs() (a
+// clear message, exit 2) instead of CLI11's conversion error or a silent wrap.
+struct CoalesceFlags {
+  int64_t descs = kTargetDescs;
+  int64_t descs_small = 100000;
+  int64_t sessions = 4;
+  int64_t layers = 32;
+  int64_t planes = 2;
+  int64_t slice_bytes = 16384;
+  int64_t blocks_per_segment = 256;
+  int64_t max_gap = 64 << 10;
+  int64_t max_io = 4 << 20;
+  int64_t alignment = 4096;
+  int64_t repeat = 5;
+
+  Status ToArgs(CoalesceBenchArgs* a) const {
+    Status st;
+    auto range = [&](const char* flag, int64_t v, int64_t lo, int64_t hi, auto* out) {
+      if (!st.ok()) return;
+      if (v < lo || v > hi) {
+        st = Status::InvalidArgument(std::string(flag) + " must be in [" + std::to_string(lo) +
+                                     ", " + std::to_string(hi) + "], got " + std::to_string(v));
+        return;
+      }
+      *out = static_cast<std::remove_pointer_t<decltype(out)>>(v);
+    };
+    constexpr int64_t kMaxDescs = 16 * kTargetDescs;  // ~0.5 GiB of descriptors, ~2 GiB planned
+    range("--descs", descs, 1, kMaxDescs, &a->descs);
+    range("--descs-small", descs_small, 1, kMaxDescs, &a->descs_small);
+    range("--sessions", sessions, 1, 4096, &a->sessions);
+    range("--layers", layers, 1, 4096, &a->layers);
+    range("--planes", planes, 1, 16, &a->planes);
+    range("--slice-bytes", slice_bytes, 1, int64_t{1} << 30, &a->slice_bytes);
+    range("--blocks-per-segment", blocks_per_segment, 1, 1 << 20, &a->blocks_per_segment);
+    range("--max-gap", max_gap, 0, int64_t{1} << 30, &a->max_gap);
+    range("--max-io", max_io, 1, int64_t{1} << 30, &a->max_io);
+    range("--alignment", alignment, 1, int64_t{1} << 30, &a->alignment);
+    range("--repeat", repeat, 1, 1000, &a->repeat);
+    FC_RETURN_IF_ERROR(st);
+    // Every block of the generator's segments is a hole at 100%: it would never fill a request.
+    if (!(a->hole_pct >= 0 && a->hole_pct <= 99)) {
+      char got[32];
+      std::snprintf(got, sizeof got, "%g", a->hole_pct);
+      return Status::InvalidArgument(std::string("--hole-pct must be in [0, 99], got ") + got);
+    }
+    FC_RETURN_IF_ERROR(
+        ValidateCoalesceOptions(CoalesceOptions{a->max_gap, a->max_io, a->alignment}));
+    // File offsets must fit in 64 bits: a session spans about (descs / kept slices per segment /
+    // sessions + 1) segments; allow twice that for the randomness of the holes.
+    const double per_segment = static_cast<double>(a->layers) * a->planes * a->blocks_per_segment;
+    const double segment_bytes = per_segment * static_cast<double>(a->slice_bytes);
+    const double kept = per_segment * (1 - a->hole_pct / 100);
+    const double segments =
+        2 * (static_cast<double>(std::max(a->descs, a->descs_small)) / kept / a->sessions + 1);
+    if (segments * segment_bytes > 0x1p62) {
+      return Status::InvalidArgument(
+          "the request's file offsets would pass 2^62 bytes: reduce --slice-bytes, --layers, "
+          "--planes or --blocks-per-segment");
+    }
+    return Status::OK();
+  }
+};
+
 struct Figures {
   uint64_t descs = 0;
-  double plan_ms = 0;  // median
-  double plan_ms_min = 0;
-  double plan_ms_cold = 0;  // first run, fresh memory
-  double sort_ms = 0;       // median of the sort step alone
+  double plan_ms = 0;         // median over runs building a fresh plan (what a restore pays)
+  double plan_ms_min = 0;     // fastest of those
+  double plan_ms_cold = 0;    // the first fresh-plan run (also grows the process heap)
+  double plan_ms_reused = 0;  // median over runs planning into one reused plan
+  double sort_ms = 0;         // median of the sort step alone (reused order buffer)
   CoalescePlan plan;
 };
 
@@ -84,40 +157,48 @@ Result<Figures> Measure(const CoalesceBenchArgs& a, uint64_t count) {
   const CoalesceOptions opts{a.max_gap, a.max_io, a.alignment};
   Figures f;
   f.descs = descs.size();
-  std::vector<double> plan_ms, sort_ms;
-  // Run 0 is the cold run (fresh memory for the plan); the median is over the warm runs that
-  // follow, which reuse the plan's memory as a long-running reader would.
+  using Clock = std::chrono::steady_clock;
+  auto ms = [](Clock::time_point x, Clock::time_point y) {
+    return std::chrono::duration<double, std::milli>(y - x).count();
+  };
+  // Run 0 is the cold fresh-plan run. Each later run times, on the same descriptors: a fresh plan
+  // object through the same call RestoreReader::Start makes (destroyed outside the timing, as a
+  // restore frees its plan after it completes), planning into the reused plan `f.plan` (warmed
+  // by the cold run's result), and the sort step alone.
+  std::vector<double> fresh_ms, reused_ms, sort_ms;
   HugeVector<uint32_t> order;
-  for (int r = 0; r <= std::max(1, a.repeat); ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    SortSliceOrder(descs, &order);
-    auto t1 = std::chrono::steady_clock::now();
+  for (int r = 0; r <= a.repeat; ++r) {
+    {
+      const auto t0 = Clock::now();
+      Result<CoalescePlan> plan = PlanReads(descs, opts);
+      const auto t1 = Clock::now();
+      if (!plan.ok()) return plan.status();
+      if (plan->slices.size() != descs.size()) return Status::Corruption("plan lost descriptors");
+      if (r == 0) {
+        f.plan_ms_cold = ms(t0, t1);
+        f.plan = std::move(plan).value();  // kept for the reads/bytes columns and reuse
+        continue;
+      }
+      fresh_ms.push_back(ms(t0, t1));
+    }
+    const auto t0 = Clock::now();
     Status st = PlanReads(descs, opts, &f.plan);
-    auto t2 = std::chrono::steady_clock::now();
+    const auto t1 = Clock::now();
+    SortSliceOrder(descs, &order);
+    const auto t2 = Clock::now();
     if (!st.ok()) return st;
     if (order.size() != descs.size()) return Status::Corruption("sort lost descriptors");
-    const double sort = std::chrono::duration<double, std::milli>(t1 - t0).count();
-    const double plan = std::chrono::duration<double, std::milli>(t2 - t1).count();
-    if (r == 0) {
-      f.plan_ms_cold = plan;
-    } else {
-      sort_ms.push_back(sort);
-      plan_ms.push_back(plan);
-    }
+    reused_ms.push_back(ms(t0, t1));
+    sort_ms.push_back(ms(t1, t2));
   }
-  f.plan_ms = Median(plan_ms);
-  f.plan_ms_min = *std::min_element(plan_ms.begin(), plan_ms.end());
+  f.plan_ms = Median(fresh_ms);
+  f.plan_ms_min = *std::min_element(fresh_ms.begin(), fresh_ms.end());
+  f.plan_ms_reused = Median(reused_ms);
   f.sort_ms = Median(sort_ms);
   return f;
 }
 
 int Run(const CoalesceBenchArgs& a) {
-  if (a.sessions == 0 || a.layers == 0 || a.planes == 0 || a.slice_bytes == 0 ||
-      a.blocks_per_segment == 0 || a.descs == 0 || a.descs_small == 0) {
-    std::fprintf(stderr, "flatcake bench coalesce: %s\n",
-                 Status::InvalidArgument("sizes and counts must be positive").ToString().c_str());
-    return 2;
-  }
   std::vector<Figures> rows;
   for (uint64_t count : {a.descs_small, a.descs}) {
     auto f = Measure(a, count);
@@ -129,23 +210,39 @@ int Run(const CoalesceBenchArgs& a) {
   }
   std::printf(
       "coalesce: %u sessions, %u layers x %u planes, %llu B slices, %u blocks/segment, "
-      "%.1f%% holes; max_gap %llu, max_io %llu, alignment %llu; median of %d warm runs\n",
+      "%.1f%% holes; max_gap %llu, max_io %llu, alignment %llu; medians of %d runs after a cold "
+      "one\n",
       a.sessions, a.layers, a.planes, static_cast<unsigned long long>(a.slice_bytes),
       a.blocks_per_segment, a.hole_pct, static_cast<unsigned long long>(a.max_gap),
       static_cast<unsigned long long>(a.max_io), static_cast<unsigned long long>(a.alignment),
       a.repeat);
-  std::printf("%10s %10s %10s %10s %10s %10s %12s %12s %10s\n", "descs", "plan_ms", "min_ms",
-              "cold_ms", "sort_ms", "reads_out", "MiB_request", "MiB_read", "KiB_gap");
+  std::printf("%10s %10s %10s %10s %10s %10s %10s %12s %12s %10s\n", "descs", "plan_ms", "min_ms",
+              "cold_ms", "reused_ms", "sort_ms", "reads_out", "MiB_request", "MiB_read", "KiB_gap");
   for (const auto& f : rows) {
-    std::printf("%10llu %10.2f %10.2f %10.2f %10.2f %10zu %12.1f %12.1f %10.1f\n",
+    std::printf("%10llu %10.2f %10.2f %10.2f %10.2f %10.2f %10zu %12.1f %12.1f %10.1f\n",
                 static_cast<unsigned long long>(f.descs), f.plan_ms, f.plan_ms_min, f.plan_ms_cold,
-                f.sort_ms, f.plan.reads.size(), f.plan.bytes_requested / 1048576.0,
-                f.plan.bytes_read / 1048576.0, f.plan.bytes_gap / 1024.0);
+                f.plan_ms_reused, f.sort_ms, f.plan.reads.size(),
+                f.plan.bytes_requested / 1048576.0, f.plan.bytes_read / 1048576.0,
+                f.plan.bytes_gap / 1024.0);
   }
+  std::printf(
+      "plan_ms/min_ms: a fresh plan per run, as every restore builds one (headline); cold_ms: the "
+      "first such run; reused_ms: planning into one reused plan (memory already faulted in); "
+      "sort_ms: the sort step alone\n");
   const Figures& small = rows[0];
   const Figures& big = rows[1];
-  std::printf("1M-scale target: plan <= 100 ms -> %s (%.2f ms)\n",
-              big.plan_ms <= 100.0 ? "met" : "MISSED", big.plan_ms);
+  // The target is stated for a 1M-descriptor request; other sizes are not judged against it.
+  const bool target_size = big.descs == kTargetDescs;
+  if (target_size) {
+    std::printf("1M-descriptor target: fresh plan <= %.0f ms -> %s (%.2f ms)\n", kTargetPlanMs,
+                big.plan_ms <= kTargetPlanMs ? "met" : "MISSED", big.plan_ms);
+  } else {
+    std::printf(
+        "target (fresh plan <= %.0f ms) applies to --descs %llu; not assessed for %llu "
+        "descriptors (%.2f ms)\n",
+        kTargetPlanMs, static_cast<unsigned long long>(kTargetDescs),
+        static_cast<unsigned long long>(big.descs), big.plan_ms);
+  }
   if (a.json) {
     nlohmann::json j = {
         {"bench", "coalesce"},
@@ -153,6 +250,7 @@ int Run(const CoalesceBenchArgs& a) {
         {"plan_ms", big.plan_ms},
         {"plan_ms_min", big.plan_ms_min},
         {"plan_ms_cold", big.plan_ms_cold},
+        {"plan_ms_reused", big.plan_ms_reused},
         {"sort_ms", big.sort_ms},
         {"reads_out", big.plan.reads.size()},
         {"bytes_requested", big.plan.bytes_requested},
@@ -161,14 +259,18 @@ int Run(const CoalesceBenchArgs& a) {
         {"descs_small", small.descs},
         {"plan_ms_small", small.plan_ms},
         {"plan_ms_cold_small", small.plan_ms_cold},
+        {"plan_ms_reused_small", small.plan_ms_reused},
         {"sort_ms_small", small.sort_ms},
         {"reads_out_small", small.plan.reads.size()},
         {"max_gap", a.max_gap},
         {"max_io", a.max_io},
         {"alignment", a.alignment},
         {"repeat", a.repeat},
-        {"target_plan_ms", 100},
-        {"meets_target", big.plan_ms <= 100.0},
+        {"target_plan_ms", kTargetPlanMs},
+        {"target_descs", kTargetDescs},
+        // null when --descs is not the target's size: the target says nothing about it.
+        {"meets_target",
+         target_size ? nlohmann::json(big.plan_ms <= kTargetPlanMs) : nlohmann::json(nullptr)},
     };
     std::printf("%s\n", j.dump().c_str());
   }
@@ -179,38 +281,47 @@ int Run(const CoalesceBenchArgs& a) {
 
 void RegisterCoalesceBench(CLI::App& bench, int* exit_code) {
   auto args = std::make_shared<CoalesceBenchArgs>();
+  auto flags = std::make_shared<CoalesceFlags>();
   CLI::App* cmd = bench.add_subcommand(
       "coalesce",
       "Read-planning time (sort by file/offset, merge with gap bridging, align, split at max_io) "
-      "for a small and a large shuffled restore request");
-  cmd->add_option("--descs", args->descs, "Descriptors in the large request")
+      "for a small and a large shuffled restore request; exits 2 on bad flags");
+  cmd->add_option("--descs", flags->descs,
+                  "Descriptors in the large request (1-16M; the 100 ms target is for 1M)")
       ->capture_default_str();
-  cmd->add_option("--descs-small", args->descs_small, "Descriptors in the small request")
+  cmd->add_option("--descs-small", flags->descs_small, "Descriptors in the small request")
       ->capture_default_str();
-  cmd->add_option("--sessions", args->sessions, "Sessions (one file each) the slices come from")
+  cmd->add_option("--sessions", flags->sessions, "Sessions (one file each) the slices come from")
       ->capture_default_str();
-  cmd->add_option("--layers", args->layers, "Model layers")->capture_default_str();
-  cmd->add_option("--planes", args->planes, "Planes per layer (e.g. K and V)")
+  cmd->add_option("--layers", flags->layers, "Model layers")->capture_default_str();
+  cmd->add_option("--planes", flags->planes, "Planes per layer (e.g. K and V)")
       ->capture_default_str();
-  cmd->add_option("--slice-bytes", args->slice_bytes, "Bytes per slice (one block, layer, plane)")
+  cmd->add_option("--slice-bytes", flags->slice_bytes, "Bytes per slice (one block, layer, plane)")
       ->capture_default_str();
-  cmd->add_option("--blocks-per-segment", args->blocks_per_segment,
+  cmd->add_option("--blocks-per-segment", flags->blocks_per_segment,
                   "Blocks per layer-major segment (one turn's write batch)")
       ->capture_default_str();
-  cmd->add_option("--hole-pct", args->hole_pct, "Percent of blocks missing from the request")
+  cmd->add_option("--hole-pct", args->hole_pct, "Percent of blocks missing from the request (0-99)")
       ->capture_default_str();
-  cmd->add_option("--max-gap", args->max_gap, "Largest gap bridged inside one read (bytes)")
+  cmd->add_option("--max-gap", flags->max_gap, "Largest gap bridged inside one read (bytes)")
       ->capture_default_str();
-  cmd->add_option("--max-io", args->max_io, "Largest read (bytes, multiple of --alignment)")
+  cmd->add_option("--max-io", flags->max_io, "Largest read (bytes, multiple of --alignment)")
       ->capture_default_str();
-  cmd->add_option("--alignment", args->alignment, "Read alignment (bytes, power of two)")
+  cmd->add_option("--alignment", flags->alignment, "Read alignment (bytes, power of two)")
       ->capture_default_str();
-  cmd->add_option("--repeat", args->repeat,
-                  "Warm repetitions after one cold run; the median is reported")
+  cmd->add_option("--repeat", flags->repeat,
+                  "Runs after the cold one (1-1000); medians are reported")
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Random seed")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object on the last line");
-  cmd->callback([args, exit_code] { *exit_code = Run(*args); });
+  cmd->callback([args, flags, exit_code] {
+    if (Status st = flags->ToArgs(args.get()); !st.ok()) {
+      std::fprintf(stderr, "flatcake bench coalesce: %s\n", st.ToString().c_str());
+      *exit_code = 2;
+      return;
+    }
+    *exit_code = Run(*args);
+  });
 }
 
 }  // namespace flatcake::cli

@@ -18,6 +18,7 @@
 // All variants use the same engine kind. Repetitions alternate the order and the table reports
 // medians; ratios are taken within each repetition. --variants runs a subset (for profiling).
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -31,6 +32,8 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 
 #include "cli/commands.h"
 #include "cli/store_flags.h"
@@ -61,6 +64,57 @@ struct RestoreArgs {
   std::string dest_pages = "thp";
   std::string variants = "raw-seq,flat,scattered,scattered-object,raw-slots";
 };
+
+// The count flags as parsed: signed and wide, so that a negative or huge value reaches
+// ToArgs() (a clear message, exit 2) instead of CLI11's conversion error or a silent wrap.
+struct CountFlags {
+  int64_t layers = 32;
+  int64_t planes = 2;
+  int64_t turns = 16;
+  int64_t other_sessions = 3;
+  int64_t reps = 3;
+  int64_t io_workers = 2;
+  int64_t queue_depth = 64;
+
+  // Range-checks every numeric flag (the store checks the engine flags again when it opens) and
+  // copies the counts into `a`. Turns 0 would divide by zero, reps 0 would report nothing.
+  Status ToArgs(RestoreArgs* a) const {
+    auto range = [](const char* flag, int64_t v, int64_t lo, int64_t hi, uint32_t* out) {
+      if (v < lo || v > hi) {
+        return Status::InvalidArgument(std::string(flag) + " must be in [" + std::to_string(lo) +
+                                       ", " + std::to_string(hi) + "], got " + std::to_string(v));
+      }
+      *out = static_cast<uint32_t>(v);
+      return Status::OK();
+    };
+    FC_RETURN_IF_ERROR(range("--layers", layers, 1, 4096, &a->layers));
+    FC_RETURN_IF_ERROR(range("--planes", planes, 1, 16, &a->planes));
+    FC_RETURN_IF_ERROR(range("--turns", turns, 1, 4096, &a->turns));
+    FC_RETURN_IF_ERROR(range("--other-sessions", other_sessions, 0, 64, &a->other_sessions));
+    FC_RETURN_IF_ERROR(range("--reps", reps, 1, 100, &a->reps));
+    FC_RETURN_IF_ERROR(range("--io-workers", io_workers, 1, 64, &a->io_workers));
+    FC_RETURN_IF_ERROR(range("--io-queue-depth", queue_depth, 1, 4096, &a->queue_depth));
+    if (a->slice_bytes == 0 || a->slice_bytes > kGiB) {
+      return Status::InvalidArgument("--slice-bytes must be in [1, 1 GiB], got " +
+                                     std::to_string(a->slice_bytes));
+    }
+    if (a->bytes == 0 || a->bytes > 1024 * kGiB) {
+      return Status::InvalidArgument("--bytes must be in [1, 1 TiB], got " +
+                                     std::to_string(a->bytes));
+    }
+    if (a->window < 4096 || a->window > 64 * kGiB) {
+      return Status::InvalidArgument("--window must be in [4 KiB, 64 GiB], got " +
+                                     std::to_string(a->window));
+    }
+    return Status::OK();
+  }
+};
+
+// Bad flags exit 2 (as every bench does), other failures 1.
+int ReportArgError(const Status& st) {
+  std::fprintf(stderr, "flatcake bench restore: %s\n", st.ToString().c_str());
+  return 2;
+}
 
 using Clock = std::chrono::steady_clock;
 double Ms(Clock::time_point a, Clock::time_point b) {
@@ -173,6 +227,8 @@ class RestoreBench {
   std::unique_ptr<RestoreReader> bucket_reader_;
   uint64_t verified_ = 0, mismatches_ = 0, raw_slots_mismatches_ = 0;
   std::unique_ptr<HostMemory> raw_buf_;
+  // <--dir>/flatcake.lock when the store's pool created it (it was absent before Setup).
+  std::string created_lock_;
 
  public:
   ~RestoreBench() {
@@ -180,6 +236,18 @@ class RestoreBench {
     bucket_engine_.reset();
     for (int fd : bucket_fds_) close(fd);
     for (const auto& p : bucket_paths_) unlink(p.c_str());
+    // The pool unlinks its files but keeps the directory's lock file. Remove the one this run
+    // created, after the store (and so its flock) is gone, and only while nobody else holds it:
+    // take the flock ourselves first, so a store that opened the directory meanwhile keeps its
+    // lock file. (A temporary directory is removed whole by tmp_.)
+    store_.reset();
+    if (!created_lock_.empty()) {
+      const int fd = open(created_lock_.c_str(), O_RDWR | O_CLOEXEC);
+      if (fd >= 0) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) unlink(created_lock_.c_str());
+        close(fd);
+      }
+    }
   }
 };
 
@@ -192,6 +260,8 @@ Status RestoreBench::Setup() {
   if (dir_.empty()) {
     tmp_ = std::make_unique<testing::TempDir>("flatcake-restore");
     dir_ = tmp_->path();
+  } else if (const std::string lock = dir_ + "/flatcake.lock"; access(lock.c_str(), F_OK) != 0) {
+    created_lock_ = lock;
   }
   StoreOptions o;
   o.dram_bytes = 0;
@@ -202,7 +272,11 @@ Status RestoreBench::Setup() {
   const uint64_t seg_bytes = uint64_t{layout_.num_layers} * layout_.num_planes *
                              AlignUp(blocks_ / a_.turns * layout_.slice_bytes, 4096);
   o.ssd_file_bytes = seg_bytes * std::max<uint64_t>(1, 256 * kMiB / seg_bytes);
-  o.ssd_bytes = ((blocks_ * block) / o.ssd_file_bytes + 2 + a_.turns) * o.ssd_file_bytes;
+  // Room for every turn's (padded) segment plus slack of a few files; the slack is capped so
+  // that many turns of small segments do not ask for thousands of pool files.
+  const uint64_t seg_files =
+      (uint64_t{a_.turns} * seg_bytes + o.ssd_file_bytes - 1) / o.ssd_file_bytes;
+  o.ssd_bytes = (seg_files + 2 + std::min<uint64_t>(a_.turns, 16)) * o.ssd_file_bytes;
   o.io_engine = a_.io_engine;
   o.io_workers = a_.io_workers;
   o.io_queue_depth = a_.queue_depth;
@@ -436,12 +510,31 @@ int RestoreBench::Main() {
     pos = comma + 1;
     const auto it = std::find(std::begin(names), std::end(names), name);
     if (it == std::end(names)) {
-      return ReportStatus("bench restore",
-                          Status::InvalidArgument("unknown variant '" + name + "' in --variants"));
+      return ReportArgError(
+          Status::InvalidArgument("unknown variant '" + name + "' in --variants"));
     }
     want[it - std::begin(names)] = true;
   }
-  if (Status st = Setup(); !st.ok()) return ReportStatus("bench restore", st);
+  // Host memory: the destination (at least one block per turn) and, for raw-seq, a buffer of the
+  // same size, both faulted in; refuse up front rather than be killed by the OOM killer.
+  {
+    const uint64_t block = layout_.block_bytes();
+    const uint64_t session = std::max<uint64_t>(a_.bytes, uint64_t{a_.turns} * block);
+    const uint64_t need = session * (want[0] ? 2 : 1);
+    const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                          static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    if (need > phys / 4 * 3) {
+      return ReportArgError(Status::InvalidArgument(
+          "the session (--bytes, at least --turns blocks) needs " + std::to_string(need >> 20) +
+          " MiB of host memory for the restore destination" + (want[0] ? " and raw buffer" : "") +
+          ", more than 3/4 of this machine's " + std::to_string(phys >> 20) + " MiB"));
+    }
+  }
+  if (Status st = Setup(); !st.ok()) {
+    // A flag the store rejects (engine, queue depth, window) is still a bad argument.
+    if (st.code() == StatusCode::kInvalidArgument) return ReportArgError(st);
+    return ReportStatus("bench restore", st);
+  }
   std::vector<Run> runs[kVariants];
   std::vector<double> flat_vs_raw, flat_vs_scattered, flat_vs_raw_slots, raw_slots_vs_raw;
   for (uint32_t rep = 0; rep < a_.reps; ++rep) {
@@ -472,11 +565,31 @@ int RestoreBench::Main() {
     ratio(1, 4, &flat_vs_raw_slots);
     ratio(4, 0, &raw_slots_vs_raw);
   }
-  auto reads = [&](int v) -> uint64_t { return runs[v].empty() ? 0 : runs[v].front().reads; };
-  auto med = [&](int v, auto f) {
+  // Figures of a variant that did not run (or a ratio missing one of its variants) are absent,
+  // not 0: JSON null, "n/a" in the table, so a subset run never reads as a missed target.
+  auto ran = [&](int v) { return !runs[v].empty(); };
+  auto med = [&](int v, auto f) -> std::optional<double> {
+    if (!ran(v)) return std::nullopt;
     std::vector<double> x;
     for (const Run& r : runs[v]) x.push_back(f(r));
     return Median(x);
+  };
+  auto ratio_med = [](const std::vector<double>& v) -> std::optional<double> {
+    if (v.empty()) return std::nullopt;
+    return Median(v);
+  };
+  auto reads = [&](int v) -> std::optional<uint64_t> {
+    if (!ran(v)) return std::nullopt;
+    return runs[v].front().reads;
+  };
+  auto js = [](const auto& x) -> nlohmann::json {
+    return x ? nlohmann::json(*x) : nlohmann::json(nullptr);
+  };
+  auto txt = [](std::optional<double> x, const char* fmt) {
+    if (!x) return std::string("n/a");
+    char buf[64];
+    std::snprintf(buf, sizeof buf, fmt, *x);
+    return std::string(buf);
   };
   auto gbps = [](const Run& r) { return r.gbps(); };
   auto first = [](const Run& r) { return r.first_layer_ms; };
@@ -494,15 +607,18 @@ int RestoreBench::Main() {
   std::printf("%-17s %9s %10s %15s %10s %6s\n", "variant", "GB/s", "total ms", "first layer ms",
               "reads", "cpu%");
   for (int v = 0; v < kVariants; ++v) {
-    if (runs[v].empty()) continue;
-    std::printf("%-17s %9.3f %10.1f %15.1f %10lu %6.0f\n", names[v], med(v, gbps), med(v, total),
-                med(v, first), static_cast<unsigned long>(reads(v)), 100 * med(v, cpu));
+    if (!ran(v)) continue;
+    std::printf("%-17s %9.3f %10.1f %15.1f %10lu %6.0f\n", names[v], *med(v, gbps), *med(v, total),
+                *med(v, first), static_cast<unsigned long>(*reads(v)), 100 * *med(v, cpu));
   }
   std::printf(
-      "flat / raw = %.3f, flat / scattered = %.2f, flat / raw-slots = %.3f, raw-slots / raw = "
-      "%.3f (medians of per-repetition ratios); segments x layers = %lu\n",
-      Median(flat_vs_raw), Median(flat_vs_scattered), Median(flat_vs_raw_slots),
-      Median(raw_slots_vs_raw), static_cast<unsigned long>(seg_layers));
+      "flat / raw = %s, flat / scattered = %s, flat / raw-slots = %s, raw-slots / raw = "
+      "%s (medians of per-repetition ratios; n/a: a variant did not run); segments x layers = "
+      "%lu\n",
+      txt(ratio_med(flat_vs_raw), "%.3f").c_str(),
+      txt(ratio_med(flat_vs_scattered), "%.2f").c_str(),
+      txt(ratio_med(flat_vs_raw_slots), "%.3f").c_str(),
+      txt(ratio_med(raw_slots_vs_raw), "%.3f").c_str(), static_cast<unsigned long>(seg_layers));
   std::printf("bytes verified %lu, mismatches %lu (raw-slots layout mismatches %lu)\n",
               static_cast<unsigned long>(verified_), static_cast<unsigned long>(mismatches_),
               static_cast<unsigned long>(raw_slots_mismatches_));
@@ -510,25 +626,25 @@ int RestoreBench::Main() {
     nlohmann::json j = {{"bench", "restore"},
                         {"blocks", blocks_},
                         {"block_bytes", layout_.block_bytes()},
-                        {"raw_seq_gbps", med(0, gbps)},
-                        {"flat_gbps", med(1, gbps)},
-                        {"scattered_gbps", med(2, gbps)},
-                        {"scattered_object_gbps", med(3, gbps)},
-                        {"flat_vs_raw", Median(flat_vs_raw)},
-                        {"flat_vs_scattered", Median(flat_vs_scattered)},
-                        {"raw_slots_gbps", med(4, gbps)},
-                        {"flat_vs_raw_slots", Median(flat_vs_raw_slots)},
-                        {"raw_slots_vs_raw", Median(raw_slots_vs_raw)},
-                        {"reads_issued_raw", reads(0)},
-                        {"reads_issued_flat", reads(1)},
-                        {"reads_issued_scattered", reads(2)},
-                        {"reads_issued_scattered_object", reads(3)},
+                        {"raw_seq_gbps", js(med(0, gbps))},
+                        {"flat_gbps", js(med(1, gbps))},
+                        {"scattered_gbps", js(med(2, gbps))},
+                        {"scattered_object_gbps", js(med(3, gbps))},
+                        {"flat_vs_raw", js(ratio_med(flat_vs_raw))},
+                        {"flat_vs_scattered", js(ratio_med(flat_vs_scattered))},
+                        {"raw_slots_gbps", js(med(4, gbps))},
+                        {"flat_vs_raw_slots", js(ratio_med(flat_vs_raw_slots))},
+                        {"raw_slots_vs_raw", js(ratio_med(raw_slots_vs_raw))},
+                        {"reads_issued_raw", js(reads(0))},
+                        {"reads_issued_flat", js(reads(1))},
+                        {"reads_issued_scattered", js(reads(2))},
+                        {"reads_issued_scattered_object", js(reads(3))},
                         {"segments_x_layers", seg_layers},
-                        {"first_layer_ms_flat", med(1, first)},
-                        {"raw_seq_cpu_util", med(0, cpu)},
-                        {"flat_cpu_util", med(1, cpu)},
-                        {"first_layer_ms_scattered", med(2, first)},
-                        {"first_layer_ms_scattered_object", med(3, first)},
+                        {"first_layer_ms_flat", js(med(1, first))},
+                        {"raw_seq_cpu_util", js(med(0, cpu))},
+                        {"flat_cpu_util", js(med(1, cpu))},
+                        {"first_layer_ms_scattered", js(med(2, first))},
+                        {"first_layer_ms_scattered_object", js(med(3, first))},
                         {"bytes_verified", verified_},
                         {"mismatches", mismatches_},
                         {"raw_slots_mismatches", raw_slots_mismatches_},
@@ -543,29 +659,33 @@ int RestoreBench::Main() {
 
 void RegisterRestoreBench(CLI::App& bench, int* exit_code) {
   auto a = std::make_shared<RestoreArgs>();
+  auto counts = std::make_shared<CountFlags>();
   CLI::App* cmd = bench.add_subcommand(
       "restore",
       "Restore a long-context session from SSD: flat layout vs eviction-ordered "
-      "layout vs the disk's sequential limit; exits 1 on any mismatch");
+      "layout vs the disk's sequential limit; exits 1 on any mismatch, 2 on bad flags");
   const auto size = CLI::AsSizeValue(false);
-  cmd->add_option("--layers", a->layers, "Layers per block")->capture_default_str();
-  cmd->add_option("--planes", a->planes, "Planes per layer")->capture_default_str();
+  cmd->add_option("--layers", counts->layers, "Layers per block (1-4096)")->capture_default_str();
+  cmd->add_option("--planes", counts->planes, "Planes per layer (1-16)")->capture_default_str();
   cmd->add_option("--slice-bytes", a->slice_bytes, "Bytes per (layer, plane) slice")
       ->transform(size)
       ->capture_default_str();
   cmd->add_option("--bytes", a->bytes, "Session size (rounded up to whole blocks per turn)")
       ->transform(size)
       ->capture_default_str();
-  cmd->add_option("--turns", a->turns, "Write batches (segments) the session is written in")
+  cmd->add_option("--turns", counts->turns,
+                  "Write batches (segments) the session is written in (1-4096)")
       ->capture_default_str();
-  cmd->add_option("--other-sessions", a->other_sessions,
-                  "Other sessions' objects between two of this session's in eviction order")
+  cmd->add_option("--other-sessions", counts->other_sessions,
+                  "Other sessions' objects between two of this session's in eviction order (0-64)")
       ->capture_default_str();
-  cmd->add_option("--reps", a->reps, "Repetitions (medians reported)")->capture_default_str();
+  cmd->add_option("--reps", counts->reps, "Repetitions, medians reported (1-100)")
+      ->capture_default_str();
   cmd->add_option("--dir", a->dir, "Directory for the data (default: a temporary directory)");
   cmd->add_option("--io-engine", a->io_engine, "auto, uring, preadv, posix")->capture_default_str();
-  cmd->add_option("--io-workers", a->io_workers, "I/O worker threads")->capture_default_str();
-  cmd->add_option("--io-queue-depth", a->queue_depth, "Queue depth per worker")
+  cmd->add_option("--io-workers", counts->io_workers, "I/O worker threads (1-64)")
+      ->capture_default_str();
+  cmd->add_option("--io-queue-depth", counts->queue_depth, "Queue depth per worker (1-4096)")
       ->capture_default_str();
   cmd->add_option("--window", a->window, "Restore staging window")
       ->transform(size)
@@ -582,7 +702,13 @@ void RegisterRestoreBench(CLI::App& bench, int* exit_code) {
                   "Comma-separated variants to run (a subset skips the ratios it lacks)")
       ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print one JSON object on the last line");
-  cmd->callback([a, exit_code] { *exit_code = RestoreBench(*a).Main(); });
+  cmd->callback([a, counts, exit_code] {
+    if (Status st = counts->ToArgs(a.get()); !st.ok()) {
+      *exit_code = ReportArgError(st);
+      return;
+    }
+    *exit_code = RestoreBench(*a).Main();
+  });
 }
 
 }  // namespace flatcake::cli

@@ -36,8 +36,17 @@
 namespace flatcake::cli {
 namespace {
 
+// A flag value for an error message ("1e-09", "4000", "nan").
+std::string Num(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+
 struct SchedBenchOptions {
-  uint64_t requests = 2000;
+  // Signed so that a negative value reaches Validate() (a clear message, exit 2) instead of
+  // CLI11's conversion error.
+  int64_t requests = 2000;
   double dram_share = 0.5;
   double rate = 1000;  // arrivals per second
   double ssd_gbps = 4.0;
@@ -50,23 +59,52 @@ struct SchedBenchOptions {
   bool virtual_time = false;
   bool json = false;
 
+  // Flag ranges. Comparisons are written so that NaN fails them. The upper bounds keep every
+  // modelled time (ns, int64) and the window (bytes, uint64) far from overflow.
   Status Validate() const {
-    if (requests == 0) return Status::InvalidArgument("--requests must be > 0");
+    if (requests < 1 || requests > kMaxRequests) {
+      return Status::InvalidArgument("--requests must be in [1, " + std::to_string(kMaxRequests) +
+                                     "], got " + std::to_string(requests));
+    }
     if (!(dram_share >= 0 && dram_share <= 1)) {
       return Status::InvalidArgument("--dram-share must be in [0, 1]");
     }
-    if (!(rate > 0)) return Status::InvalidArgument("--rate must be > 0");
-    if (!(ssd_gbps > 0)) return Status::InvalidArgument("--ssd-gbps must be > 0");
-    if (!(ssd_min_mib > 0) || !(ssd_max_mib >= ssd_min_mib)) {
-      return Status::InvalidArgument("need 0 < --ssd-min-mib <= --ssd-max-mib");
+    if (!(rate >= kMinRate && rate <= 1e9)) {
+      return Status::InvalidArgument("--rate must be in [1e-3, 1e9] arrivals per second (got " +
+                                     Num(rate) +
+                                     "); the stream lasts about --requests / --rate seconds");
+    }
+    if (!(ssd_gbps >= 1e-3 && ssd_gbps <= 1e4)) {
+      return Status::InvalidArgument("--ssd-gbps must be in [0.001, 10000]");
+    }
+    if (!(ssd_min_mib >= 1.0 / 1024 && ssd_max_mib >= ssd_min_mib)) {
+      return Status::InvalidArgument("need 1 KiB <= --ssd-min-mib <= --ssd-max-mib");
     }
     if (ssd_max_mib > 1048576) return Status::InvalidArgument("--ssd-max-mib must be <= 1 TiB");
-    if (!(dram_copy_us >= 0)) return Status::InvalidArgument("--dram-copy-us must be >= 0");
-    if (!(window_mib > 0)) return Status::InvalidArgument("--window-mib must be > 0");
-    if (consumers < 1) return Status::InvalidArgument("--consumers must be >= 1");
+    if (!(dram_copy_us >= 0 && dram_copy_us <= 1e6)) {
+      return Status::InvalidArgument("--dram-copy-us must be in [0, 1e6] (1 s)");
+    }
+    if (!(window_mib > 0 && window_mib <= 1048576)) {
+      return Status::InvalidArgument("--window-mib must be in (0, 1048576] (1 TiB)");
+    }
+    // Real time runs one thread per consumer; virtual time only counts them.
+    const int max_consumers = virtual_time ? 65536 : 256;
+    if (consumers < 1 || consumers > max_consumers) {
+      return Status::InvalidArgument("--consumers must be in [1, " + std::to_string(max_consumers) +
+                                     "]" + (virtual_time ? "" : " (real time: one thread each)") +
+                                     ", got " + std::to_string(consumers));
+    }
     return Status::OK();
   }
+  static constexpr int64_t kMaxRequests = 10000000;
+  static constexpr double kMinRate = 1e-3;
 };
+
+// Longest modelled stream (arrivals, SSD transfers, copies) accepted: far below int64 ns
+// (~292 years) in virtual time; in real time the run would take that long, so it is capped
+// at ten minutes.
+constexpr double kMaxVirtualSpanS = 1e7;
+constexpr double kMaxRealSpanS = 600;
 
 // The workload: arrival offsets from the start of the run (ns) and the request contents.
 std::vector<RestoreRequest> MakeArrivals(const SchedBenchOptions& o) {
@@ -78,7 +116,7 @@ std::vector<RestoreRequest> MakeArrivals(const SchedBenchOptions& o) {
   std::vector<RestoreRequest> out;
   out.reserve(o.requests);
   double t = 0;
-  for (uint64_t i = 0; i < o.requests; ++i) {
+  for (uint64_t i = 0; i < static_cast<uint64_t>(o.requests); ++i) {
     t += gap(rng);
     const bool dram = unit(rng) < o.dram_share;
     const double u = unit(rng);
@@ -247,14 +285,39 @@ double MaxMs(const std::vector<int64_t>& v) {
 }
 
 int RunSchedBench(const SchedBenchOptions& o) {
-  if (Status s = o.Validate(); !s.ok()) {
+  // Bad flags exit 2 (as every bench does), other failures 1.
+  auto bad_flags = [](const Status& s) {
     std::fprintf(stderr, "flatcake bench sched: %s\n", s.ToString().c_str());
-    return 1;
+    return 2;
+  };
+  if (Status s = o.Validate(); !s.ok()) return bad_flags(s);
+  // The stream's modelled length is known only once it is drawn: arrivals, and the work the SSD
+  // and the consumers must get through, each bound how long a run is (real time) and how large
+  // its timestamps grow (virtual time).
+  const double expected_span_s = static_cast<double>(o.requests) / o.rate;
+  const double max_span_s = o.virtual_time ? kMaxVirtualSpanS : kMaxRealSpanS;
+  if (expected_span_s > max_span_s) {
+    return bad_flags(Status::InvalidArgument(
+        "--requests / --rate = " + Num(expected_span_s) + " s of arrivals, more than " +
+        std::to_string(static_cast<int64_t>(max_span_s)) + " s" +
+        (o.virtual_time ? "" : " of real time (use --virtual, or raise --rate)")));
   }
   const std::vector<RestoreRequest> arrivals = MakeArrivals(o);
-  uint64_t ssd_bytes = 0;
-  for (const RestoreRequest& r : arrivals) ssd_bytes += r.kv_bytes;
+  uint64_t ssd_bytes = 0, dram_requests = 0;
+  for (const RestoreRequest& r : arrivals) {
+    ssd_bytes += r.kv_bytes;
+    dram_requests += r.kv_bytes == 0;
+  }
   const double span_s = static_cast<double>(arrivals.back().arrival_ns) / 1e9;
+  const double ssd_work_s = static_cast<double>(ssd_bytes) / (o.ssd_gbps * 1e9);
+  const double copy_work_s = static_cast<double>(dram_requests) * o.dram_copy_us / 1e6;
+  if (span_s > max_span_s || ssd_work_s > max_span_s || copy_work_s > max_span_s) {
+    return bad_flags(Status::InvalidArgument(
+        "the stream models " + Num(span_s) + " s of arrivals, " + Num(ssd_work_s) +
+        " s of SSD transfers and " + Num(copy_work_s) +
+        " s of DRAM copies; each must be <= " + std::to_string(static_cast<int64_t>(max_span_s)) +
+        " s" + (o.virtual_time ? "" : " in real time (use --virtual)")));
+  }
   const double ssd_busy =
       static_cast<double>(ssd_bytes) / (o.ssd_gbps * 1e9) / std::max(span_s, 1e-9);
   const char* service = o.virtual_time ? "virtual-time" : "sleep-based";
@@ -339,11 +402,14 @@ void RegisterSchedBench(CLI::App& bench, int* exit_code) {
   CLI::App* cmd = bench.add_subcommand(
       "sched",
       "FC-MAS vs one FCFS queue on the same mixed stream of DRAM-ready and SSD restores: P50/P99 "
-      "latency per class (modelled SSD and copy times)");
+      "latency per class (modelled SSD and copy times); exits 2 on bad flags");
   cmd->add_option("--requests", opt->requests, "Requests in the stream")->capture_default_str();
   cmd->add_option("--dram-share", opt->dram_share, "Fraction of DRAM-ready requests")
       ->capture_default_str();
-  cmd->add_option("--rate", opt->rate, "Arrivals per second (Poisson)")->capture_default_str();
+  cmd->add_option("--rate", opt->rate,
+                  "Arrivals per second, Poisson (1e-3 to 1e9; --requests / --rate at most 600 s "
+                  "in real time)")
+      ->capture_default_str();
   cmd->add_option("--ssd-gbps", opt->ssd_gbps, "Modelled SSD bandwidth, GB/s")
       ->capture_default_str();
   cmd->add_option("--ssd-min-mib", opt->ssd_min_mib, "Smallest SSD restore, MiB")
@@ -355,7 +421,8 @@ void RegisterSchedBench(CLI::App& bench, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--window-mib", opt->window_mib, "FC-MAS prefetch window, MiB")
       ->capture_default_str();
-  cmd->add_option("--consumers", opt->consumers, "Consumer threads popping ready requests")
+  cmd->add_option("--consumers", opt->consumers,
+                  "Consumer threads popping ready requests (1-256; up to 65536 with --virtual)")
       ->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Seed of the arrival sequence")->capture_default_str();
   cmd->add_flag("--virtual", opt->virtual_time,
