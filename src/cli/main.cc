@@ -20,6 +20,13 @@ int main(int argc, char** argv) {
   flatcake::cli::RegisterCoalesceBench(*bench, &exit_code);
   flatcake::cli::RegisterSchedBench(*bench, &exit_code);
   flatcake::cli::RegisterRoundTripBench(*bench, &exit_code);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Prints the help (exit 0) or the error; a command-line error exits 2, as the subcommands'
+    // own range checks do, rather than with CLI11's per-error-kind codes.
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
   return exit_code;
 }
