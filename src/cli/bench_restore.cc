@@ -59,6 +59,7 @@ struct RestoreArgs {
   uint32_t io_workers = 2;
   uint32_t queue_depth = 64;
   uint64_t window = 64 * kMiB;
+  uint64_t max_io = 4 * kMiB;
   bool json = false;
   bool no_verify = false;
   std::string dest_pages = "thp";
@@ -105,6 +106,11 @@ struct CountFlags {
     if (a->window < 4096 || a->window > 64 * kGiB) {
       return Status::InvalidArgument("--window must be in [4 KiB, 64 GiB], got " +
                                      std::to_string(a->window));
+    }
+    if (a->max_io < 4096 || a->max_io % 4096 != 0 || a->max_io > kGiB) {
+      return Status::InvalidArgument(
+          "--max-io must be a multiple of 4 KiB in [4 KiB, 1 GiB], got " +
+          std::to_string(a->max_io));
     }
     return Status::OK();
   }
@@ -281,6 +287,7 @@ Status RestoreBench::Setup() {
   o.io_workers = a_.io_workers;
   o.io_queue_depth = a_.queue_depth;
   o.read_window_bytes = a_.window;
+  o.max_io_bytes = a_.max_io;
   o.verify_checksums = !a_.no_verify;
   o.high_watermark = 1.0;
   o.low_watermark = 1.0;
@@ -688,6 +695,11 @@ void RegisterRestoreBench(CLI::App& bench, int* exit_code) {
   cmd->add_option("--io-queue-depth", counts->queue_depth, "Queue depth per worker (1-4096)")
       ->capture_default_str();
   cmd->add_option("--window", a->window, "Restore staging window")
+      ->transform(size)
+      ->capture_default_str();
+  cmd->add_option("--max-io", a->max_io,
+                  "Largest read (the store's max_io_bytes), for every variant; a multiple of "
+                  "4 KiB")
       ->transform(size)
       ->capture_default_str();
   cmd->add_flag("--no-verify", a->no_verify,
