@@ -18,7 +18,6 @@
 // All variants use the same engine kind. Repetitions alternate the order and the table reports
 // medians; ratios are taken within each repetition. --variants runs a subset (for profiling).
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -233,8 +232,6 @@ class RestoreBench {
   std::unique_ptr<RestoreReader> bucket_reader_;
   uint64_t verified_ = 0, mismatches_ = 0, raw_slots_mismatches_ = 0;
   std::unique_ptr<HostMemory> raw_buf_;
-  // <--dir>/flatcake.lock when the store's pool created it (it was absent before Setup).
-  std::string created_lock_;
 
  public:
   ~RestoreBench() {
@@ -242,32 +239,26 @@ class RestoreBench {
     bucket_engine_.reset();
     for (int fd : bucket_fds_) close(fd);
     for (const auto& p : bucket_paths_) unlink(p.c_str());
-    // The pool unlinks its files but keeps the directory's lock file. Remove the one this run
-    // created, after the store (and so its flock) is gone, and only while nobody else holds it:
-    // take the flock ourselves first, so a store that opened the directory meanwhile keeps its
-    // lock file. (A temporary directory is removed whole by tmp_.)
-    store_.reset();
-    if (!created_lock_.empty()) {
-      const int fd = open(created_lock_.c_str(), O_RDWR | O_CLOEXEC);
-      if (fd >= 0) {
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0) unlink(created_lock_.c_str());
-        close(fd);
-      }
-    }
+    // The pool unlinks its files but keeps a --dir's lock file on purpose: unlinking it could
+    // let a store that opened it just before lock an orphan while another locks a new one.
   }
 };
+
+// Blocks of the session: --bytes rounded up to whole blocks, at least one per turn, and a whole
+// number per turn.
+uint64_t SessionBlocks(const RestoreArgs& a, uint64_t block) {
+  const uint64_t blocks = std::max<uint64_t>(a.turns, (a.bytes + block - 1) / block);
+  return (blocks + a.turns - 1) / a.turns * a.turns;
+}
 
 Status RestoreBench::Setup() {
   FC_RETURN_IF_ERROR(ValidateKvLayout(layout_));
   const uint64_t block = layout_.block_bytes();
-  blocks_ = std::max<uint64_t>(a_.turns, (a_.bytes + block - 1) / block);
-  blocks_ = (blocks_ + a_.turns - 1) / a_.turns * a_.turns;
+  blocks_ = SessionBlocks(a_, block);
   dir_ = a_.dir;
   if (dir_.empty()) {
     tmp_ = std::make_unique<testing::TempDir>("flatcake-restore");
     dir_ = tmp_->path();
-  } else if (const std::string lock = dir_ + "/flatcake.lock"; access(lock.c_str(), F_OK) != 0) {
-    created_lock_ = lock;
   }
   StoreOptions o;
   o.dram_bytes = 0;
@@ -526,8 +517,7 @@ int RestoreBench::Main() {
   // same size, both faulted in; refuse up front rather than be killed by the OOM killer.
   {
     const uint64_t block = layout_.block_bytes();
-    const uint64_t session = std::max<uint64_t>(a_.bytes, uint64_t{a_.turns} * block);
-    const uint64_t need = session * (want[0] ? 2 : 1);
+    const uint64_t need = SessionBlocks(a_, block) * block * (want[0] ? 2 : 1);
     const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
                           static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     if (need > phys / 4 * 3) {

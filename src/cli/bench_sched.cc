@@ -310,7 +310,9 @@ int RunSchedBench(const SchedBenchOptions& o) {
   }
   const double span_s = static_cast<double>(arrivals.back().arrival_ns) / 1e9;
   const double ssd_work_s = static_cast<double>(ssd_bytes) / (o.ssd_gbps * 1e9);
-  const double copy_work_s = static_cast<double>(dram_requests) * o.dram_copy_us / 1e6;
+  // DRAM copies are spread over the consumers.
+  const double copy_work_s =
+      static_cast<double>(dram_requests) * o.dram_copy_us / 1e6 / o.consumers;
   if (span_s > max_span_s || ssd_work_s > max_span_s || copy_work_s > max_span_s) {
     return bad_flags(Status::InvalidArgument(
         "the stream models " + Num(span_s) + " s of arrivals, " + Num(ssd_work_s) +
