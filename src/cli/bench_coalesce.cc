@@ -12,7 +12,6 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "cli/commands.h"
@@ -42,68 +41,30 @@ struct CoalesceBenchArgs {
   bool json = false;
 };
 
-// The flags as parsed: signed and wide, so that a negative or huge value reaches ToArgs() (a
-// clear message, exit 2) instead of CLI11's conversion error or a silent wrap.
-struct CoalesceFlags {
-  int64_t descs = kTargetDescs;
-  int64_t descs_small = 100000;
-  int64_t sessions = 4;
-  int64_t layers = 32;
-  int64_t planes = 2;
-  int64_t slice_bytes = 16384;
-  int64_t blocks_per_segment = 256;
-  int64_t max_gap = 64 << 10;
-  int64_t max_io = 4 << 20;
-  int64_t alignment = 4096;
-  int64_t repeat = 5;
-
-  Status ToArgs(CoalesceBenchArgs* a) const {
-    Status st;
-    auto range = [&](const char* flag, int64_t v, int64_t lo, int64_t hi, auto* out) {
-      if (!st.ok()) return;
-      if (v < lo || v > hi) {
-        st = Status::InvalidArgument(std::string(flag) + " must be in [" + std::to_string(lo) +
-                                     ", " + std::to_string(hi) + "], got " + std::to_string(v));
-        return;
-      }
-      *out = static_cast<std::remove_pointer_t<decltype(out)>>(v);
-    };
-    constexpr int64_t kMaxDescs = 16 * kTargetDescs;  // ~0.5 GiB of descriptors, ~2 GiB planned
-    range("--descs", descs, 1, kMaxDescs, &a->descs);
-    range("--descs-small", descs_small, 1, kMaxDescs, &a->descs_small);
-    range("--sessions", sessions, 1, 4096, &a->sessions);
-    range("--layers", layers, 1, 4096, &a->layers);
-    range("--planes", planes, 1, 16, &a->planes);
-    range("--slice-bytes", slice_bytes, 1, int64_t{1} << 30, &a->slice_bytes);
-    range("--blocks-per-segment", blocks_per_segment, 1, 1 << 20, &a->blocks_per_segment);
-    range("--max-gap", max_gap, 0, int64_t{1} << 30, &a->max_gap);
-    range("--max-io", max_io, 1, int64_t{1} << 30, &a->max_io);
-    range("--alignment", alignment, 1, int64_t{1} << 30, &a->alignment);
-    range("--repeat", repeat, 1, 1000, &a->repeat);
-    FC_RETURN_IF_ERROR(st);
-    // Every block of the generator's segments is a hole at 100%: it would never fill a request.
-    if (!(a->hole_pct >= 0 && a->hole_pct <= 99)) {
-      char got[32];
-      std::snprintf(got, sizeof got, "%g", a->hole_pct);
-      return Status::InvalidArgument(std::string("--hole-pct must be in [0, 99], got ") + got);
-    }
-    FC_RETURN_IF_ERROR(
-        ValidateCoalesceOptions(CoalesceOptions{a->max_gap, a->max_io, a->alignment}));
-    // File offsets must fit in 64 bits: a session spans about (descs / kept slices per segment /
-    // sessions + 1) segments; allow twice that for the randomness of the holes.
-    const double per_segment = static_cast<double>(a->layers) * a->planes * a->blocks_per_segment;
-    const double segment_bytes = per_segment * static_cast<double>(a->slice_bytes);
-    const double kept = per_segment * (1 - a->hole_pct / 100);
-    const double segments =
-        2 * (static_cast<double>(std::max(a->descs, a->descs_small)) / kept / a->sessions + 1);
-    if (segments * segment_bytes > 0x1p62) {
-      return Status::InvalidArgument(
-          "the request's file offsets would pass 2^62 bytes: reduce --slice-bytes, --layers, "
-          "--planes or --blocks-per-segment");
-    }
-    return Status::OK();
+// What the counts' CLI::Range checks on their options cannot see: NaN and range of --hole-pct,
+// the planner's own rules, and file offsets within 64 bits.
+Status Validate(const CoalesceBenchArgs& a) {
+  // Every block of the generator's segments is a hole at 100%: it would never fill a request.
+  if (!(a.hole_pct >= 0 && a.hole_pct <= 99)) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", a.hole_pct);
+    return Status::InvalidArgument(std::string("--hole-pct must be in [0, 99], got ") + got);
   }
-};
+  FC_RETURN_IF_ERROR(ValidateCoalesceOptions(CoalesceOptions{a.max_gap, a.max_io, a.alignment}));
+  // File offsets must fit in 64 bits: a session spans about (descs / kept slices per segment /
+  // sessions + 1) segments; allow twice that for the randomness of the holes.
+  const double per_segment = static_cast<double>(a.layers) * a.planes * a.blocks_per_segment;
+  const double segment_bytes = per_segment * static_cast<double>(a.slice_bytes);
+  const double kept = per_segment * (1 - a.hole_pct / 100);
+  const double segments =
+      2 * (static_cast<double>(std::max(a.descs, a.descs_small)) / kept / a.sessions + 1);
+  if (segments * segment_bytes > 0x1p62) {
+    return Status::InvalidArgument(
+        "the request's file offsets would pass 2^62 bytes: reduce --slice-bytes, --layers, "
+        "--planes or --blocks-per-segment");
+  }
+  return Status::OK();
+}
 
 struct Figures {
   uint64_t descs = 0;
@@ -281,41 +242,53 @@ int Run(const CoalesceBenchArgs& a) {
 
 void RegisterCoalesceBench(CLI::App& bench, int* exit_code) {
   auto args = std::make_shared<CoalesceBenchArgs>();
-  auto flags = std::make_shared<CoalesceFlags>();
+  // Counts and sizes carry CLI::Range checks (a command-line error, exit 2); Validate() the rest.
+  constexpr uint64_t kMaxDescs = 16 * kTargetDescs;  // ~0.5 GiB of descriptors, ~2 GiB planned
   CLI::App* cmd = bench.add_subcommand(
       "coalesce",
       "Read-planning time (sort by file/offset, merge with gap bridging, align, split at max_io) "
       "for a small and a large shuffled restore request; exits 2 on bad flags");
-  cmd->add_option("--descs", flags->descs,
-                  "Descriptors in the large request (1-16M; the 100 ms target is for 1M)")
+  cmd->add_option("--descs", args->descs,
+                  "Descriptors in the large request (the 100 ms target is for 1M)")
+      ->check(CLI::Range(uint64_t{1}, kMaxDescs))
       ->capture_default_str();
-  cmd->add_option("--descs-small", flags->descs_small, "Descriptors in the small request")
+  cmd->add_option("--descs-small", args->descs_small, "Descriptors in the small request")
+      ->check(CLI::Range(uint64_t{1}, kMaxDescs))
       ->capture_default_str();
-  cmd->add_option("--sessions", flags->sessions, "Sessions (one file each) the slices come from")
+  cmd->add_option("--sessions", args->sessions, "Sessions (one file each) the slices come from")
+      ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  cmd->add_option("--layers", flags->layers, "Model layers")->capture_default_str();
-  cmd->add_option("--planes", flags->planes, "Planes per layer (e.g. K and V)")
+  cmd->add_option("--layers", args->layers, "Model layers")
+      ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  cmd->add_option("--slice-bytes", flags->slice_bytes, "Bytes per slice (one block, layer, plane)")
+  cmd->add_option("--planes", args->planes, "Planes per layer (e.g. K and V)")
+      ->check(CLI::Range(1, 16))
       ->capture_default_str();
-  cmd->add_option("--blocks-per-segment", flags->blocks_per_segment,
+  cmd->add_option("--slice-bytes", args->slice_bytes, "Bytes per slice (one block, layer, plane)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30))
+      ->capture_default_str();
+  cmd->add_option("--blocks-per-segment", args->blocks_per_segment,
                   "Blocks per layer-major segment (one turn's write batch)")
+      ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--hole-pct", args->hole_pct, "Percent of blocks missing from the request (0-99)")
       ->capture_default_str();
-  cmd->add_option("--max-gap", flags->max_gap, "Largest gap bridged inside one read (bytes)")
+  cmd->add_option("--max-gap", args->max_gap, "Largest gap bridged inside one read (bytes)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30))
       ->capture_default_str();
-  cmd->add_option("--max-io", flags->max_io, "Largest read (bytes, multiple of --alignment)")
+  cmd->add_option("--max-io", args->max_io, "Largest read (bytes, multiple of --alignment)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30))
       ->capture_default_str();
-  cmd->add_option("--alignment", flags->alignment, "Read alignment (bytes, power of two)")
+  cmd->add_option("--alignment", args->alignment, "Read alignment (bytes, power of two)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30))
       ->capture_default_str();
-  cmd->add_option("--repeat", flags->repeat,
-                  "Runs after the cold one (1-1000); medians are reported")
+  cmd->add_option("--repeat", args->repeat, "Runs after the cold one; medians are reported")
+      ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Random seed")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object on the last line");
-  cmd->callback([args, flags, exit_code] {
-    if (Status st = flags->ToArgs(args.get()); !st.ok()) {
+  cmd->callback([args, exit_code] {
+    if (Status st = Validate(*args); !st.ok()) {
       std::fprintf(stderr, "flatcake bench coalesce: %s\n", st.ToString().c_str());
       *exit_code = 2;
       return;

@@ -65,55 +65,26 @@ struct RestoreArgs {
   std::string variants = "raw-seq,flat,scattered,scattered-object,raw-slots";
 };
 
-// The count flags as parsed: signed and wide, so that a negative or huge value reaches
-// ToArgs() (a clear message, exit 2) instead of CLI11's conversion error or a silent wrap.
-struct CountFlags {
-  int64_t layers = 32;
-  int64_t planes = 2;
-  int64_t turns = 16;
-  int64_t other_sessions = 3;
-  int64_t reps = 3;
-  int64_t io_workers = 2;
-  int64_t queue_depth = 64;
-
-  // Range-checks every numeric flag (the store checks the engine flags again when it opens) and
-  // copies the counts into `a`. Turns 0 would divide by zero, reps 0 would report nothing.
-  Status ToArgs(RestoreArgs* a) const {
-    auto range = [](const char* flag, int64_t v, int64_t lo, int64_t hi, uint32_t* out) {
-      if (v < lo || v > hi) {
-        return Status::InvalidArgument(std::string(flag) + " must be in [" + std::to_string(lo) +
-                                       ", " + std::to_string(hi) + "], got " + std::to_string(v));
-      }
-      *out = static_cast<uint32_t>(v);
-      return Status::OK();
-    };
-    FC_RETURN_IF_ERROR(range("--layers", layers, 1, 4096, &a->layers));
-    FC_RETURN_IF_ERROR(range("--planes", planes, 1, 16, &a->planes));
-    FC_RETURN_IF_ERROR(range("--turns", turns, 1, 4096, &a->turns));
-    FC_RETURN_IF_ERROR(range("--other-sessions", other_sessions, 0, 64, &a->other_sessions));
-    FC_RETURN_IF_ERROR(range("--reps", reps, 1, 100, &a->reps));
-    FC_RETURN_IF_ERROR(range("--io-workers", io_workers, 1, 64, &a->io_workers));
-    FC_RETURN_IF_ERROR(range("--io-queue-depth", queue_depth, 1, 4096, &a->queue_depth));
-    if (a->slice_bytes == 0 || a->slice_bytes > kGiB) {
-      return Status::InvalidArgument("--slice-bytes must be in [1, 1 GiB], got " +
-                                     std::to_string(a->slice_bytes));
-    }
-    if (a->bytes == 0 || a->bytes > 1024 * kGiB) {
-      return Status::InvalidArgument("--bytes must be in [1, 1 TiB], got " +
-                                     std::to_string(a->bytes));
-    }
-    if (a->window < 4096 || a->window > 64 * kGiB) {
-      return Status::InvalidArgument("--window must be in [4 KiB, 64 GiB], got " +
-                                     std::to_string(a->window));
-    }
-    if (a->max_io < 4096 || a->max_io % 4096 != 0 || a->max_io > kGiB) {
-      return Status::InvalidArgument(
-          "--max-io must be a multiple of 4 KiB in [4 KiB, 1 GiB], got " +
-          std::to_string(a->max_io));
-    }
-    return Status::OK();
+// The size flags, which take units and so are checked here rather than by CLI11 (the counts carry
+// CLI::Range checks on their options).
+Status CheckSizes(const RestoreArgs& a) {
+  if (a.slice_bytes == 0 || a.slice_bytes > kGiB) {
+    return Status::InvalidArgument("--slice-bytes must be in [1, 1 GiB], got " +
+                                   std::to_string(a.slice_bytes));
   }
-};
+  if (a.bytes == 0 || a.bytes > 1024 * kGiB) {
+    return Status::InvalidArgument("--bytes must be in [1, 1 TiB], got " + std::to_string(a.bytes));
+  }
+  if (a.window < 4096 || a.window > 64 * kGiB) {
+    return Status::InvalidArgument("--window must be in [4 KiB, 64 GiB], got " +
+                                   std::to_string(a.window));
+  }
+  if (a.max_io < 4096 || a.max_io % 4096 != 0 || a.max_io > kGiB) {
+    return Status::InvalidArgument("--max-io must be a multiple of 4 KiB in [4 KiB, 1 GiB], got " +
+                                   std::to_string(a.max_io));
+  }
+  return Status::OK();
+}
 
 // Bad flags exit 2 (as every bench does), other failures 1.
 int ReportArgError(const Status& st) {
@@ -656,33 +627,42 @@ int RestoreBench::Main() {
 
 void RegisterRestoreBench(CLI::App& bench, int* exit_code) {
   auto a = std::make_shared<RestoreArgs>();
-  auto counts = std::make_shared<CountFlags>();
   CLI::App* cmd = bench.add_subcommand(
       "restore",
       "Restore a long-context session from SSD: flat layout vs eviction-ordered "
       "layout vs the disk's sequential limit; exits 1 on any mismatch, 2 on bad flags");
   const auto size = CLI::AsSizeValue(false);
-  cmd->add_option("--layers", counts->layers, "Layers per block (1-4096)")->capture_default_str();
-  cmd->add_option("--planes", counts->planes, "Planes per layer (1-16)")->capture_default_str();
+  // Counts are range-checked by CLI11 (turns 0 would divide by zero, reps 0 report nothing); a
+  // value out of range is a command-line error, exit 2.
+  cmd->add_option("--layers", a->layers, "Layers per block")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--planes", a->planes, "Planes per layer")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
   cmd->add_option("--slice-bytes", a->slice_bytes, "Bytes per (layer, plane) slice")
       ->transform(size)
       ->capture_default_str();
   cmd->add_option("--bytes", a->bytes, "Session size (rounded up to whole blocks per turn)")
       ->transform(size)
       ->capture_default_str();
-  cmd->add_option("--turns", counts->turns,
-                  "Write batches (segments) the session is written in (1-4096)")
+  cmd->add_option("--turns", a->turns, "Write batches (segments) the session is written in")
+      ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  cmd->add_option("--other-sessions", counts->other_sessions,
-                  "Other sessions' objects between two of this session's in eviction order (0-64)")
+  cmd->add_option("--other-sessions", a->other_sessions,
+                  "Other sessions' objects between two of this session's in eviction order")
+      ->check(CLI::Range(0, 64))
       ->capture_default_str();
-  cmd->add_option("--reps", counts->reps, "Repetitions, medians reported (1-100)")
+  cmd->add_option("--reps", a->reps, "Repetitions (medians reported)")
+      ->check(CLI::Range(1, 100))
       ->capture_default_str();
   cmd->add_option("--dir", a->dir, "Directory for the data (default: a temporary directory)");
   cmd->add_option("--io-engine", a->io_engine, "auto, uring, preadv, posix")->capture_default_str();
-  cmd->add_option("--io-workers", counts->io_workers, "I/O worker threads (1-64)")
+  cmd->add_option("--io-workers", a->io_workers, "I/O worker threads")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  cmd->add_option("--io-queue-depth", counts->queue_depth, "Queue depth per worker (1-4096)")
+  cmd->add_option("--io-queue-depth", a->queue_depth, "Queue depth per worker")
+      ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   cmd->add_option("--window", a->window, "Restore staging window")
       ->transform(size)
@@ -704,8 +684,8 @@ void RegisterRestoreBench(CLI::App& bench, int* exit_code) {
                   "Comma-separated variants to run (a subset skips the ratios it lacks)")
       ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print one JSON object on the last line");
-  cmd->callback([a, counts, exit_code] {
-    if (Status st = counts->ToArgs(a.get()); !st.ok()) {
+  cmd->callback([a, exit_code] {
+    if (Status st = CheckSizes(*a); !st.ok()) {
       *exit_code = ReportArgError(st);
       return;
     }

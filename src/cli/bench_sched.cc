@@ -44,9 +44,7 @@ std::string Num(double x) {
 }
 
 struct SchedBenchOptions {
-  // Signed so that a negative value reaches Validate() (a clear message, exit 2) instead of
-  // CLI11's conversion error.
-  int64_t requests = 2000;
+  uint64_t requests = 2000;  // in [1, kMaxRequests]: a CLI::Range check on the option
   double dram_share = 0.5;
   double rate = 1000;  // arrivals per second
   double ssd_gbps = 4.0;
@@ -62,10 +60,6 @@ struct SchedBenchOptions {
   // Flag ranges. Comparisons are written so that NaN fails them. The upper bounds keep every
   // modelled time (ns, int64) and the window (bytes, uint64) far from overflow.
   Status Validate() const {
-    if (requests < 1 || requests > kMaxRequests) {
-      return Status::InvalidArgument("--requests must be in [1, " + std::to_string(kMaxRequests) +
-                                     "], got " + std::to_string(requests));
-    }
     if (!(dram_share >= 0 && dram_share <= 1)) {
       return Status::InvalidArgument("--dram-share must be in [0, 1]");
     }
@@ -96,7 +90,7 @@ struct SchedBenchOptions {
     }
     return Status::OK();
   }
-  static constexpr int64_t kMaxRequests = 10000000;
+  static constexpr uint64_t kMaxRequests = 10000000;
   static constexpr double kMinRate = 1e-3;
 };
 
@@ -116,7 +110,7 @@ std::vector<RestoreRequest> MakeArrivals(const SchedBenchOptions& o) {
   std::vector<RestoreRequest> out;
   out.reserve(o.requests);
   double t = 0;
-  for (uint64_t i = 0; i < static_cast<uint64_t>(o.requests); ++i) {
+  for (uint64_t i = 0; i < o.requests; ++i) {
     t += gap(rng);
     const bool dram = unit(rng) < o.dram_share;
     const double u = unit(rng);
@@ -405,7 +399,9 @@ void RegisterSchedBench(CLI::App& bench, int* exit_code) {
       "sched",
       "FC-MAS vs one FCFS queue on the same mixed stream of DRAM-ready and SSD restores: P50/P99 "
       "latency per class (modelled SSD and copy times); exits 2 on bad flags");
-  cmd->add_option("--requests", opt->requests, "Requests in the stream")->capture_default_str();
+  cmd->add_option("--requests", opt->requests, "Requests in the stream")
+      ->check(CLI::Range(uint64_t{1}, SchedBenchOptions::kMaxRequests))
+      ->capture_default_str();
   cmd->add_option("--dram-share", opt->dram_share, "Fraction of DRAM-ready requests")
       ->capture_default_str();
   cmd->add_option("--rate", opt->rate,
