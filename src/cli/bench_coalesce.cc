@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/store_flags.h"
 #include "io/coalesce.h"
 
 namespace flatcake::cli {
@@ -289,8 +290,7 @@ void RegisterCoalesceBench(CLI::App& bench, int* exit_code) {
   cmd->add_flag("--json", args->json, "Print one JSON object on the last line");
   cmd->callback([args, exit_code] {
     if (Status st = Validate(*args); !st.ok()) {
-      std::fprintf(stderr, "flatcake bench coalesce: %s\n", st.ToString().c_str());
-      *exit_code = 2;
+      *exit_code = ReportArgError("bench coalesce", st);
       return;
     }
     *exit_code = Run(*args);

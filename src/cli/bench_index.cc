@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/store_flags.h"
 #include "flatcake/key.h"
 #include "gva/block_index.h"
 
@@ -324,25 +325,20 @@ void RunCell(const IndexBenchOptions& opt, const std::vector<Key>& keys, double 
 
 int RunIndexBench(const IndexBenchOptions& opt) {
   if (opt.capacity < 1024 || opt.capacity > (size_t{1} << 30)) {
-    std::fprintf(stderr,
-                 "flatcake bench index: InvalidArgument: --capacity must be in [1024, 2^30]\n");
-    return 2;
+    return ReportArgError("bench index",
+                          Status::InvalidArgument("--capacity must be in [1024, 2^30]"));
   }
   if (!(opt.hit_ratio >= 0 && opt.hit_ratio <= 1)) {
-    std::fprintf(stderr, "flatcake bench index: InvalidArgument: --hit-ratio must be in [0, 1]\n");
-    return 2;
+    return ReportArgError("bench index", Status::InvalidArgument("--hit-ratio must be in [0, 1]"));
   }
   if (opt.rounds < 1 || opt.rounds > 100) {
-    std::fprintf(stderr, "flatcake bench index: InvalidArgument: --rounds must be in [1, 100]\n");
-    return 2;
+    return ReportArgError("bench index", Status::InvalidArgument("--rounds must be in [1, 100]"));
   }
   if (opt.batch < 1 || opt.batch > 4096) {
-    std::fprintf(stderr, "flatcake bench index: InvalidArgument: --batch must be in [1, 4096]\n");
-    return 2;
+    return ReportArgError("bench index", Status::InvalidArgument("--batch must be in [1, 4096]"));
   }
   if (!(opt.seconds > 0) && opt.ops == 0) {
-    std::fprintf(stderr, "flatcake bench index: InvalidArgument: --seconds must be > 0\n");
-    return 2;
+    return ReportArgError("bench index", Status::InvalidArgument("--seconds must be > 0"));
   }
   const size_t capacity = std::bit_ceil(opt.capacity);
   const double loads[] = {0.5, 0.9};

@@ -86,12 +86,6 @@ Status CheckSizes(const RestoreArgs& a) {
   return Status::OK();
 }
 
-// Bad flags exit 2 (as every bench does), other failures 1.
-int ReportArgError(const Status& st) {
-  std::fprintf(stderr, "flatcake bench restore: %s\n", st.ToString().c_str());
-  return 2;
-}
-
 using Clock = std::chrono::steady_clock;
 double Ms(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -480,7 +474,7 @@ int RestoreBench::Main() {
     const auto it = std::find(std::begin(names), std::end(names), name);
     if (it == std::end(names)) {
       return ReportArgError(
-          Status::InvalidArgument("unknown variant '" + name + "' in --variants"));
+          "bench restore", Status::InvalidArgument("unknown variant '" + name + "' in --variants"));
     }
     want[it - std::begin(names)] = true;
   }
@@ -492,15 +486,18 @@ int RestoreBench::Main() {
     const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
                           static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     if (need > phys / 4 * 3) {
-      return ReportArgError(Status::InvalidArgument(
-          "the session (--bytes, at least --turns blocks) needs " + std::to_string(need >> 20) +
-          " MiB of host memory for the restore destination" + (want[0] ? " and raw buffer" : "") +
-          ", more than 3/4 of this machine's " + std::to_string(phys >> 20) + " MiB"));
+      return ReportArgError(
+          "bench restore",
+          Status::InvalidArgument(
+              "the session (--bytes, at least --turns blocks) needs " + std::to_string(need >> 20) +
+              " MiB of host memory for the restore destination" +
+              (want[0] ? " and raw buffer" : "") + ", more than 3/4 of this machine's " +
+              std::to_string(phys >> 20) + " MiB"));
     }
   }
   if (Status st = Setup(); !st.ok()) {
     // A flag the store rejects (engine, queue depth, window) is still a bad argument.
-    if (st.code() == StatusCode::kInvalidArgument) return ReportArgError(st);
+    if (st.code() == StatusCode::kInvalidArgument) return ReportArgError("bench restore", st);
     return ReportStatus("bench restore", st);
   }
   std::vector<Run> runs[kVariants];
@@ -686,7 +683,7 @@ void RegisterRestoreBench(CLI::App& bench, int* exit_code) {
   cmd->add_flag("--json", a->json, "Print one JSON object on the last line");
   cmd->callback([a, exit_code] {
     if (Status st = CheckSizes(*a); !st.ok()) {
-      *exit_code = ReportArgError(st);
+      *exit_code = ReportArgError("bench restore", st);
       return;
     }
     *exit_code = RestoreBench(*a).Main();

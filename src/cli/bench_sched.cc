@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/store_flags.h"
 #include "flatcake/gva.h"
 #include "sched/mas_scheduler.h"
 #include "sched/restore_queue.h"
@@ -279,11 +280,7 @@ double MaxMs(const std::vector<int64_t>& v) {
 }
 
 int RunSchedBench(const SchedBenchOptions& o) {
-  // Bad flags exit 2 (as every bench does), other failures 1.
-  auto bad_flags = [](const Status& s) {
-    std::fprintf(stderr, "flatcake bench sched: %s\n", s.ToString().c_str());
-    return 2;
-  };
+  auto bad_flags = [](const Status& s) { return ReportArgError("bench sched", s); };
   if (Status s = o.Validate(); !s.ok()) return bad_flags(s);
   // The stream's modelled length is known only once it is drawn: arrivals, and the work the SSD
   // and the consumers must get through, each bound how long a run is (real time) and how large

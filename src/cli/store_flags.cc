@@ -84,4 +84,8 @@ int ReportStatus(std::string_view command, const Status& status) {
   return 1;
 }
 
+int ReportArgError(std::string_view command, const Status& status) {
+  return ReportStatus(command, status) == 0 ? 0 : 2;
+}
+
 }  // namespace flatcake::cli

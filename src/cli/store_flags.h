@@ -22,5 +22,8 @@ Status FinishStoreFlags(const StoreFlagText& text, StoreOptions* options);
 
 // Prints "flatcake <command>: <status>" to stderr and returns 1 (or 0 when ok).
 int ReportStatus(std::string_view command, const Status& status);
+// The same for a bad command-line argument: returns 2, the exit status of every command-line
+// error (see main.cc).
+int ReportArgError(std::string_view command, const Status& status);
 
 }  // namespace flatcake::cli

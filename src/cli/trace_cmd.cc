@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/store_flags.h"
 #include "trace/trace.h"
 #include "trace/trace_stats.h"
 #include "trace/workload_gen.h"
@@ -29,10 +30,7 @@ struct StatsArgs {
 
 int RunStats(const StatsArgs& a) {
   auto fmt = trace::ParseTraceFormat(a.format);
-  if (!fmt.ok()) {
-    std::fprintf(stderr, "flatcake trace stats: %s\n", fmt.status().ToString().c_str());
-    return 2;
-  }
+  if (!fmt.ok()) return ReportArgError("trace stats", fmt.status());
   trace::ReaderOptions options;
   options.format = *fmt;
   options.block_tokens = a.block_tokens;
@@ -167,10 +165,7 @@ struct GenArgs {
 
 int RunGen(const GenArgs& a) {
   auto kind = trace::ParseWorkloadKind(a.kind);
-  if (!kind.ok()) {
-    std::fprintf(stderr, "flatcake trace gen: %s\n", kind.status().ToString().c_str());
-    return 2;
-  }
+  if (!kind.ok()) return ReportArgError("trace gen", kind.status());
   WorkloadOptions o = trace::DefaultWorkloadOptions(*kind);
   o.seed = a.seed;
   if (a.requests_opt->count()) o.requests = a.requests;
@@ -192,10 +187,7 @@ int RunGen(const GenArgs& a) {
     }
   }
   auto requests = trace::GenerateWorkload(*kind, o);
-  if (!requests.ok()) {
-    std::fprintf(stderr, "flatcake trace gen: %s\n", requests.status().ToString().c_str());
-    return 2;
-  }
+  if (!requests.ok()) return ReportArgError("trace gen", requests.status());
   std::FILE* out = stdout;
   if (!a.output.empty() && a.output != "-") {
     out = std::fopen(a.output.c_str(), "wb");
