@@ -68,6 +68,7 @@ class UringIoEngine::Worker {
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (const IoOp& op : ops) queue_.push_back(Pending{op, sink});
+      queued_.store(true, std::memory_order_relaxed);
       wake = idle_;
       idle_ = false;
     }
@@ -303,10 +304,68 @@ class UringIoEngine::Worker {
     if (rearm) ArmWake();
   }
 
+  // Hands the finished ops to their sinks. A sink's work (a restore copying its bytes out) can
+  // be long, and it often queues new reads (a restore's freed window space): those go to the
+  // kernel between two completions rather than after the whole pass, so the device is not left
+  // idle while this thread copies.
   void Deliver() {
-    Bump(ops_, finished_.size());
-    for (auto& f : finished_) f.sink->OnIoComplete(f.tag, f.status);
-    finished_.clear();
+    while (!finished_.empty()) {
+      delivering_.swap(finished_);
+      Bump(ops_, delivering_.size());
+      for (auto& f : delivering_) {
+        f.sink->OnIoComplete(f.tag, f.status);
+        if (queued_.load(std::memory_order_relaxed) && inflight_ < depth_) SubmitQueued();
+      }
+      delivering_.clear();  // ops that failed before reaching the kernel may be in finished_
+    }
+  }
+
+  // Moves queued ops into the ring while it has room. REQUIRES: mu_ held.
+  void TakeQueued(std::vector<Pending>* taken) {
+    while (inflight_ + taken->size() < depth_ && !queue_.empty()) {
+      taken->push_back(queue_.front());
+      queue_.pop_front();
+    }
+    queued_.store(!queue_.empty(), std::memory_order_relaxed);
+  }
+
+  // Preps the taken ops' SQEs; ops that cannot go to the kernel finish at once (finished_).
+  void PrepTaken(const std::vector<Pending>& taken) {
+    for (const Pending& p : taken) {
+      if (p.op.file >= fds_.size() || (!fixed_files_ && fds_[p.op.file] < 0)) {
+        finished_.push_back(Finished{p.sink, p.op.tag, IoBadFileStatus(p.op, fds_.size())});
+        continue;
+      }
+      if (Status bad = CheckIoVecs(p.op); !bad.ok()) {
+        finished_.push_back(Finished{p.sink, p.op.tag, std::move(bad)});
+        continue;
+      }
+      if (p.op.len == 0) {
+        finished_.push_back(Finished{p.sink, p.op.tag, Status::OK()});
+        continue;
+      }
+      const uint32_t idx = free_.back();
+      free_.pop_back();
+      Slot& slot = slots_[idx];
+      slot.op = p.op;
+      slot.sink = p.sink;
+      slot.done = 0;
+      ++inflight_;
+      Prep(idx);
+    }
+  }
+
+  // Submits, without waiting, the ops queued since the loop last took them (from Deliver).
+  void SubmitQueued() {
+    taken_mid_pass_.clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      TakeQueued(&taken_mid_pass_);
+    }
+    PrepTaken(taken_mid_pass_);
+    Bump(submit_calls_);
+    if (io_uring_sq_ready(&ring_) > 0) Bump(submit_batches_);
+    io_uring_submit(&ring_);  // a failure is retried by the loop's next submit
   }
 
   void Loop(std::promise<Status>& ready) {
@@ -330,10 +389,7 @@ class UringIoEngine::Worker {
       {
         std::lock_guard<std::mutex> lock(mu_);
         controls.swap(controls_);
-        while (inflight_ + taken.size() < depth_ && !queue_.empty()) {
-          taken.push_back(queue_.front());
-          queue_.pop_front();
-        }
+        TakeQueued(&taken);
         idle_ = queue_.empty() && controls_.empty();
         stopping = stop_ && queue_.empty();
         more = !queue_.empty();
@@ -341,28 +397,7 @@ class UringIoEngine::Worker {
       for (auto& c : controls) c->done.set_value(c->fn());
       for (uint32_t idx : resubmit_) Prep(idx);
       resubmit_.clear();
-      for (const Pending& p : taken) {
-        if (p.op.file >= fds_.size() || (!fixed_files_ && fds_[p.op.file] < 0)) {
-          finished_.push_back(Finished{p.sink, p.op.tag, IoBadFileStatus(p.op, fds_.size())});
-          continue;
-        }
-        if (Status bad = CheckIoVecs(p.op); !bad.ok()) {
-          finished_.push_back(Finished{p.sink, p.op.tag, std::move(bad)});
-          continue;
-        }
-        if (p.op.len == 0) {
-          finished_.push_back(Finished{p.sink, p.op.tag, Status::OK()});
-          continue;
-        }
-        const uint32_t idx = free_.back();
-        free_.pop_back();
-        Slot& slot = slots_[idx];
-        slot.op = p.op;
-        slot.sink = p.sink;
-        slot.done = 0;
-        ++inflight_;
-        Prep(idx);
-      }
+      PrepTaken(taken);
       Deliver();
       if (stopping && inflight_ == 0) break;
       Bump(submit_calls_);
@@ -401,6 +436,11 @@ class UringIoEngine::Worker {
   std::vector<uint32_t> free_;
   std::vector<uint32_t> resubmit_;
   std::vector<Finished> finished_;
+  std::vector<Finished> delivering_;     // the pass Deliver is handing out
+  std::vector<Pending> taken_mid_pass_;  // SubmitQueued's ops
+  // queue_ is not empty: written under mu_, read without it between two completions (a stale
+  // false only delays the ops to the loop's next pass).
+  std::atomic<bool> queued_{false};
   uint32_t inflight_ = 0;
   std::vector<int> fds_;
   bool fixed_files_ = false;

@@ -38,7 +38,8 @@ class UringIoEngine : public IoEngine {
     uint64_t fixed_buffer_sqes = 0;
     uint64_t resubmissions = 0;  // short transfers continued
     // Round trips of the worker loop into the kernel (submit, or submit and wait), including the
-    // ones that only wait for completions.
+    // ones that only wait for completions, and the submissions made between two completions of
+    // one reaping pass for ops that a completion queued.
     uint64_t submit_calls = 0;
     uint64_t vectored_sqes = 0;  // READV / WRITEV SQEs, including resubmissions
     // Submissions that carried at least one SQE: with batching, a burst of ops taken together
