@@ -410,19 +410,21 @@ uint64_t RestoreReader::RingAllocate(uint64_t len) {
 }
 
 void RestoreReader::Release(const RestoreHandle::ReadState& read, uint64_t len) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!read.issued) return;  // skipped after an error: it never took any budget
-  inflight_ -= std::min(inflight_, len);
-  if (read.mode == RestoreHandle::Mode::kScattered && read.ring_pos != kNone) {
-    auto it = std::lower_bound(ring_.begin(), ring_.end(), read.ring_pos,
-                               [](const RingBlock& b, uint64_t pos) { return b.start < pos; });
-    if (it != ring_.end() && it->start == read.ring_pos) it->freed = true;
-    while (!ring_.empty() && ring_.front().freed) {
-      ring_tail_ = ring_.front().start + ring_.front().len;
-      ring_.pop_front();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!read.issued) return;  // skipped after an error: it never took any budget
+    inflight_ -= std::min(inflight_, len);
+    if (read.mode == RestoreHandle::Mode::kScattered && read.ring_pos != kNone) {
+      auto it = std::lower_bound(ring_.begin(), ring_.end(), read.ring_pos,
+                                 [](const RingBlock& b, uint64_t pos) { return b.start < pos; });
+      if (it != ring_.end() && it->start == read.ring_pos) it->freed = true;
+      while (!ring_.empty() && ring_.front().freed) {
+        ring_tail_ = ring_.front().start + ring_.front().len;
+        ring_.pop_front();
+      }
     }
   }
-  cv_.notify_all();
+  IssueFreedSpace();
 }
 
 void RestoreReader::HandleDone(const RestoreStats& s) {
@@ -458,6 +460,83 @@ void RestoreReader::AppendVectoredOps(RestoreHandle& h, uint32_t idx, std::vecto
   h.vectored_ops_.fetch_add(rs.ops, std::memory_order_relaxed);
 }
 
+std::shared_ptr<RestoreHandle> RestoreReader::TakeBatch(std::vector<IoOp>* batch,
+                                                        std::vector<uint32_t>* skipped,
+                                                        bool* window_full) {
+  *window_full = false;
+  if (queue_.empty()) return nullptr;
+  const size_t first_op = batch->size();
+  std::shared_ptr<RestoreHandle> h = queue_.front();
+  const CoalescePlan& p = h->plan_;
+  while (h->next_issue_ < h->issue_order_.size()) {
+    const uint32_t idx = h->issue_order_[h->next_issue_];
+    if (h->failed_.load(std::memory_order_relaxed)) {
+      if (skipped == nullptr) return h;  // failing reads is the issuer thread's job
+      skipped->push_back(idx);
+      ++h->next_issue_;
+      continue;
+    }
+    const MergedRead& r = p.reads[idx];
+    RestoreHandle::ReadState& rs = h->reads_[idx];
+    // One budget of bytes in flight for every mode (a lone read larger than the window still
+    // goes); staged reads also need their space in the window.
+    if (inflight_ > 0 && inflight_ + r.len > window_bytes_) {
+      *window_full = true;
+      break;
+    }
+    if (rs.mode == RestoreHandle::Mode::kScattered) {
+      const uint64_t pos = RingAllocate(AlignUp(r.len, kStagingAlign));
+      if (pos == kNone) {
+        *window_full = true;
+        break;
+      }
+      rs.ring_pos = pos;
+      rs.buf = window_ + pos % window_bytes_;
+      h->scattered_.fetch_add(1, std::memory_order_relaxed);
+    }
+    inflight_ += r.len;
+    rs.issued = true;
+    if (rs.mode == RestoreHandle::Mode::kVectored) {
+      AppendVectoredOps(*h, idx, batch);
+    } else {
+      if (rs.mode == RestoreHandle::Mode::kDirect) {
+        h->direct_.fetch_add(1, std::memory_order_relaxed);
+      }
+      batch->push_back(IoOp{IoOpcode::kRead, r.file, r.offset, rs.buf, r.len, idx});
+    }
+    ++h->next_issue_;
+  }
+  if (h->next_issue_ == h->issue_order_.size()) queue_.pop_front();
+  // The reads are counted before they are submitted: once they are, the handle may finish.
+  h->reads_issued_.fetch_add(batch->size() - first_op, std::memory_order_relaxed);
+  return h;
+}
+
+void RestoreReader::IssueFreedSpace() {
+  // Set while this thread is inside its own Submit below: an engine may complete reads inline
+  // (posix), and their releases leave the issuing to the issuer thread rather than recurse.
+  thread_local bool submitting = false;
+  thread_local std::vector<IoOp> batch;
+  std::shared_ptr<RestoreHandle> h;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (submitting) {
+      cv_.notify_all();
+      return;
+    }
+    batch.clear();
+    bool full;
+    h = TakeBatch(&batch, nullptr, &full);
+    // The issuer thread takes over what this pass leaves while there is still room: the next
+    // restore once this one is all issued, or the reads of a restore that failed.
+    if (!full && !queue_.empty()) cv_.notify_all();
+  }
+  if (batch.empty()) return;
+  submitting = true;
+  engine_.Submit(batch, h.get());
+  submitting = false;
+}
+
 void RestoreReader::IssueLoop() {
   std::vector<IoOp> batch;
   std::vector<uint32_t> skipped;
@@ -469,47 +548,13 @@ void RestoreReader::IssueLoop() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, nothing left to issue
-      h = queue_.front();
-      const CoalescePlan& p = h->plan_;
-      while (h->next_issue_ < h->issue_order_.size()) {
-        const uint32_t idx = h->issue_order_[h->next_issue_];
-        if (h->failed_.load(std::memory_order_relaxed)) {
-          skipped.push_back(idx);
-          ++h->next_issue_;
-          continue;
-        }
-        const MergedRead& r = p.reads[idx];
-        RestoreHandle::ReadState& rs = h->reads_[idx];
-        // One budget of bytes in flight for every mode (a lone read larger than the window
-        // still goes); staged reads also need their space in the window.
-        if (inflight_ > 0 && inflight_ + r.len > window_bytes_) break;
-        if (rs.mode == RestoreHandle::Mode::kScattered) {
-          const uint64_t pos = RingAllocate(AlignUp(r.len, kStagingAlign));
-          if (pos == kNone) break;
-          rs.ring_pos = pos;
-          rs.buf = window_ + pos % window_bytes_;
-          h->scattered_.fetch_add(1, std::memory_order_relaxed);
-        }
-        inflight_ += r.len;
-        rs.issued = true;
-        if (rs.mode == RestoreHandle::Mode::kVectored) {
-          AppendVectoredOps(*h, idx, &batch);
-        } else {
-          if (rs.mode == RestoreHandle::Mode::kDirect) {
-            h->direct_.fetch_add(1, std::memory_order_relaxed);
-          }
-          batch.push_back(IoOp{IoOpcode::kRead, r.file, r.offset, rs.buf, r.len, idx});
-        }
-        ++h->next_issue_;
-      }
-      if (h->next_issue_ == h->issue_order_.size()) {
-        queue_.pop_front();
-      } else if (batch.empty() && skipped.empty()) {
-        cv_.wait(lock);  // window full: wait for a completion to free space
+      bool full;
+      h = TakeBatch(&batch, &skipped, &full);
+      if (batch.empty() && skipped.empty()) {
+        if (full) cv_.wait(lock);  // window full: wait for a completion to free space
         continue;
       }
     }
-    h->reads_issued_.fetch_add(batch.size(), std::memory_order_relaxed);
     if (!batch.empty()) engine_.Submit(batch, h.get());
     for (uint32_t idx : skipped) {
       Status first;

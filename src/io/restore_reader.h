@@ -24,8 +24,10 @@
 // window is full the issuer waits for completions: backpressure delays, it never aborts a restore.
 //
 // Thread safety: Start may be called from any thread; concurrent restores share the window and are
-// issued in Start order. One internal thread issues reads; the engine's threads complete them and
-// run the scatter and the layer callbacks. Callbacks must not block on later layers of the same
+// issued in Start order. An internal thread issues a restore's first reads; after that, the engine
+// thread that lands a read and frees its window space submits the reads that now fit, so the
+// device gets its next reads without a thread hand-off. The engine's threads also run the scatter
+// and the layer callbacks. Callbacks must not block on later layers of the same
 // restore, nor destroy the reader. A RestoreHandle may be waited on from several threads.
 // After the first error a restore issues nothing more: its remaining reads fail with that error.
 #pragma once
@@ -131,7 +133,7 @@ class RestoreHandle : public IoCompletionSink {
   std::vector<ReadState> reads_;
   std::vector<iovec> iov_;  // iovec lists of the vectored reads; fixed once Start returns
   std::vector<uint32_t> issue_order_;  // read indices, earliest layer first
-  size_t next_issue_ = 0;              // issuer thread only
+  size_t next_issue_ = 0;              // GUARDED_BY(reader_->mu_)
   std::atomic<bool> failed_{false};
 
   mutable std::mutex mu_;
@@ -178,7 +180,19 @@ class RestoreReader {
   friend class RestoreHandle;
   RestoreReader(IoEngine& engine, const RestoreOptions& options);
 
+  // The issuer thread: submits queued restores' reads as window space frees, and fails the reads
+  // of a restore that already failed.
   void IssueLoop();
+  // Moves the front restore's next reads that fit the window into `*batch`, in issue order, and
+  // returns that restore (null when none is queued). Reads of a failed restore go to `*skipped`;
+  // with skipped == nullptr it stops there instead. *window_full tells whether it stopped for
+  // lack of window space. REQUIRES: mu_ held.
+  std::shared_ptr<RestoreHandle> TakeBatch(std::vector<IoOp>* batch, std::vector<uint32_t>* skipped,
+                                           bool* window_full);
+  // Called by the thread that just freed window space (an I/O worker, in Release): submits the
+  // reads that now fit itself, so the device is fed without waking the issuer thread and waiting
+  // for it to be scheduled (on a busy machine, behind the very workers that are copying).
+  void IssueFreedSpace();
   // Appends read `r`'s iovec list to `*iov` and returns true when every part of it can be read
   // in place (see the header comment); otherwise leaves `*iov` as it was and returns false.
   bool BuildVectored(const CoalescePlan& p, const MergedRead& r, std::vector<iovec>* iov) const;
@@ -186,6 +200,7 @@ class RestoreReader {
   void AppendVectoredOps(RestoreHandle& h, uint32_t idx, std::vector<IoOp>* batch);
   // Staging ring: returns the absolute position of `len` bytes, or ~0 when they do not fit now.
   uint64_t RingAllocate(uint64_t len);  // REQUIRES: mu_ held
+  // Gives a landed (or failed) read's window space back and issues what now fits.
   void Release(const RestoreHandle::ReadState& read, uint64_t len);
   void HandleDone(const RestoreStats& s);
 
