@@ -78,12 +78,16 @@ struct RestoreStats {
 };
 
 using LayerCallback = std::function<void(uint32_t layer, const Status& status)>;
-// Runs once per slice, on the I/O worker that landed its last byte, right after the landing and
-// before its layer is reported; only for slices that landed, never for a failed read's. For a
-// staged read it runs right after that slice's copy, while the slice is still in the core's cache
-// (a direct or vectored read's slices arrive by DMA and are read from memory). It delays the
-// release of the read's staging space, so it should be short (a hash, not I/O).
-using SliceCallback = std::function<void(const SliceRead& slice)>;
+// Runs once per slice whose bytes were read, on an I/O worker, before the slice's layer is
+// reported; only for slices that were read, never for a failed read's. `bytes` holds the slice's
+// len bytes exactly as read, valid only during the call:
+//  - a slice that one staged read holds whole is handed over from the staging window just before
+//    it is copied out, so it is read from memory once and the copy then comes from the core's
+//    cache (`bytes` != slice.dest; the destination is filled right after the call);
+//  - any other slice (direct, vectored, or staged in pieces by two reads) once its last byte has
+//    landed, with `bytes` == slice.dest.
+// It delays the release of the read's staging space, so it should be short (a hash, not I/O).
+using SliceCallback = std::function<void(const SliceRead& slice, const uint8_t* bytes)>;
 
 class RestoreReader;
 

@@ -677,8 +677,10 @@ TEST_P(RestoreTest, FailedOpOfASplitVectoredReadFailsTheRestore) {
 
 TEST_P(RestoreTest, SliceCallbackRunsOnceForEveryLandedSliceAndNeverForAFailedRead) {
   // Slices split over reads (max_io smaller than a slice), staged, direct and vectored reads all
-  // report each slice exactly once, with its bytes already in place; a failed read's slices are
-  // never reported.
+  // report each slice exactly once, with its bytes as read; a failed read's slices are never
+  // reported. A slice that one staged read holds whole is handed over from the staging window
+  // (and is in its destination once the restore is done); any other slice is handed over in place,
+  // once all of it has landed.
   FaultInjectionIoEngine fi(*engine_);
   const uint32_t layers = 4, blocks = 8;
   const uint64_t slice = 48 << 10;
@@ -686,45 +688,57 @@ TEST_P(RestoreTest, SliceCallbackRunsOnceForEveryLandedSliceAndNeverForAFailedRe
   std::vector<uint8_t> odd(layers * layer_bytes + 1);     // unaligned: staged and copied
   auto aligned_buf = AllocAligned(layers * layer_bytes);  // aligned: direct or vectored
   uint8_t* aligned = aligned_buf.get();
-  for (int round = 0; round < 3; ++round) {
+  // Round 0: staged; 1: direct or vectored, every slice split; 2: a failed read; 3: staged, every
+  // slice split.
+  for (int round = 0; round < 4; ++round) {
     std::vector<SliceRead> slices;
     for (uint32_t l = 0; l < layers; ++l) {
       for (uint32_t b = 0; b < blocks; ++b) {
         const uint64_t off = l * layer_bytes + b * slice;
-        uint8_t* dest = round == 0 ? odd.data() + 1 + off : aligned + off;
+        uint8_t* dest = round == 0 || round == 3 ? odd.data() + 1 + off : aligned + off;
         slices.push_back(SliceRead{0, off, slice, dest, l, l * blocks + b});
       }
     }
     RestoreOptions o;
     o.min_vector_entry_bytes = 0;
     o.window_bytes = 1 << 20;
-    o.coalesce.max_io = round == 1 ? 32 << 10 : 256 << 10;  // round 1: every slice split
+    o.coalesce.max_io = round == 1 || round == 3 ? 32 << 10 : 256 << 10;
     if (round == 2) {
       FaultSpec spec;
       spec.file = 0;
       spec.range_begin = 2 * layer_bytes + 100;  // inside layer 2
       spec.range_end = spec.range_begin + 1;
       fi.SetReadFault(spec);
+    } else {
+      fi.ClearReads();
     }
     auto made = RestoreReader::Create(fi, o);
     ASSERT_TRUE(made.ok());
     std::vector<std::atomic<int>> calls(slices.size());
     std::atomic<uint64_t> wrong_bytes{0};
-    auto h = (*made)->Start(slices, 0, nullptr, [&](const SliceRead& s) {
+    std::atomic<int> from_window{0};
+    auto h = (*made)->Start(slices, 0, nullptr, [&](const SliceRead& s, const uint8_t* bytes) {
       calls[s.tag]++;
-      for (uint64_t i = 0; i < s.len; ++i) wrong_bytes += s.dest[i] != PatternByte(0, s.offset + i);
+      from_window += bytes != s.dest;
+      for (uint64_t i = 0; i < s.len; ++i) wrong_bytes += bytes[i] != PatternByte(0, s.offset + i);
     });
     ASSERT_TRUE(h.ok());
     const Status st = (*h)->Wait();
     EXPECT_EQ(wrong_bytes.load(), 0u) << "round " << round;
+    if (round == 0) {
+      EXPECT_GT(from_window.load(), 0);
+    } else {
+      EXPECT_EQ(from_window.load(), 0) << "round " << round;
+    }
     int reported = 0;
     for (size_t k = 0; k < slices.size(); ++k) {
       EXPECT_LE(calls[k].load(), 1) << "slice " << k;
       reported += calls[k].load();
     }
-    if (round < 2) {
+    if (round != 2) {
       ASSERT_TRUE(st.ok()) << st.ToString();
       EXPECT_EQ(reported, static_cast<int>(slices.size())) << "round " << round;
+      EXPECT_EQ(Mismatches(slices), 0u) << "round " << round;
     } else {
       EXPECT_TRUE(st.IsIOError()) << st.ToString();
       EXPECT_LT(reported, static_cast<int>(slices.size()));

@@ -101,7 +101,7 @@ class FlatStore final : public Store {
 
   // --- read path (flat_store_read.cc) ---
   // Restores `slices`; `on_layer(l)` runs once per layer, in order, when layer l has landed.
-  // `on_slice` (may be null) runs once per landed slice, on an I/O worker.
+  // `on_slice` (may be null) runs once per slice read, on an I/O worker (see SliceCallback).
   Status ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout,
                  const std::function<void(uint32_t)>& on_layer, SliceCallback on_slice,
                  GetResult* result);

@@ -115,9 +115,9 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
       sums.reset(new std::atomic<uint64_t>[ssd_hits.size()]);
       for (size_t j = 0; j < ssd_hits.size(); ++j) sums[j].store(0, std::memory_order_relaxed);
       const uint32_t planes = layout.num_planes;
-      on_slice = [&sums, planes](const SliceRead& s) {
+      on_slice = [&sums, planes](const SliceRead& s, const uint8_t* bytes) {
         const uint32_t position = s.layer * planes + s.tag % planes;
-        sums[s.tag / planes].fetch_add(SliceChecksum(s.dest, s.len, position),
+        sums[s.tag / planes].fetch_add(SliceChecksum(bytes, s.len, position),
                                        std::memory_order_relaxed);
       };
     }
