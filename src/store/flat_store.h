@@ -41,6 +41,9 @@ class FlatStore final : public Store {
   Result<PutResult> Put(std::span<const Key> keys, const KvLayout& layout, const BlockBuffers& src,
                         const WriteHints& hints = {}) override;
   size_t Exists(std::span<const Key> keys) override;
+  // An SSD restore of at least this many slices starts its first layer as a restore of its own,
+  // ahead of the rest (see ReadSsd).
+  static constexpr size_t kSplitRestoreSlices = 4096;
   Result<GetResult> Get(std::span<const Key> keys, const KvLayout& layout, const BlockBuffers& dst,
                         const GetOptions& options = {}) override;
   uint64_t Reclaim(MediaType medium, double target_fraction) override;
@@ -102,6 +105,7 @@ class FlatStore final : public Store {
   // --- read path (flat_store_read.cc) ---
   // Restores `slices`; `on_layer(l)` runs once per layer, in order, when layer l has landed.
   // `on_slice` (may be null) runs once per slice read, on an I/O worker (see SliceCallback).
+  // Reorders `slices` (the first layer's first).
   Status ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout,
                  const std::function<void(uint32_t)>& on_layer, SliceCallback on_slice,
                  GetResult* result);

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <span>
 
 #include "store/flat_store.h"
 #include "store/staging.h"
@@ -75,6 +77,7 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
 
   // 2. DRAM blocks are copied at once; SSD slices are collected for the restore.
   std::vector<SliceRead> ssd;
+  ssd.reserve(hits.size() * layout.num_layers * layout.num_planes);  // an upper bound
   const uint64_t sb = layout.slice_bytes;
   const uint64_t fb = ssd_ ? ssd_->file_bytes() : 1;
   // SSD blocks are verified slice by slice as the slices land (the I/O worker hashes each one
@@ -180,16 +183,69 @@ namespace flatcake {
 
 // SSD slices go through the restore pipeline: coalesced, layer-ordered reads in a bounded staging
 // window, with per-layer completion forwarded to the caller.
+//
+// A large restore goes out as two: its first layer, then the rest. The first layer's plan is
+// small, so its reads start at once, and the reader issues them before any of the rest's, while
+// this thread is still planning the (much larger) rest; otherwise a long session's first layer
+// would wait for the whole session's plan. The layers are still reported in order: a layer of
+// the rest that completes before the first layer is held back until the first layer is reported.
 Status FlatStore::ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout,
                           const std::function<void(uint32_t)>& on_layer, SliceCallback on_slice,
                           GetResult* result) {
-  LayerCallback cb = [&on_layer](uint32_t layer, const Status& st) {
-    if (st.ok()) on_layer(layer);
+  auto split = slices.end();
+  if (layout.num_layers > 1 && slices.size() >= kSplitRestoreSlices) {
+    split = std::partition(slices.begin(), slices.end(),
+                           [](const SliceRead& s) { return s.layer == 0; });
+    if (split == slices.begin()) split = slices.end();  // no first layer: one restore
+  }
+  const std::span<const SliceRead> first(slices.begin(), split), rest(split, slices.end());
+
+  // Layer reports of the two restores, merged into one ordered stream.
+  struct Gate {
+    std::mutex mu;
+    bool first_reported = false;  // the first restore's layer 0 went out
+    std::vector<uint32_t> held;   // the rest's OK layers that completed before that, in order
+  } gate;
+  const bool two = !rest.empty() && !first.empty();
+  LayerCallback cb_first = [&](uint32_t layer, const Status& st) {
+    if (!two) {
+      if (st.ok()) on_layer(layer);
+      return;
+    }
+    if (layer != 0) return;  // the first restore has only layer 0; the rest reports the others
+    std::lock_guard<std::mutex> lock(gate.mu);
+    if (st.ok()) on_layer(0);
+    for (uint32_t l : gate.held) on_layer(l);
+    gate.held.clear();
+    gate.first_reported = true;
   };
-  FC_ASSIGN_OR_RETURN(
-      auto handle, restore_->Start(slices, layout.num_layers, std::move(cb), std::move(on_slice)));
-  Status st = handle->Wait();
-  const RestoreStats rs = handle->stats();
+  LayerCallback cb_rest = [&](uint32_t layer, const Status& st) {
+    if (layer == 0 || !st.ok()) return;  // layer 0 is the first restore's
+    std::lock_guard<std::mutex> lock(gate.mu);
+    if (gate.first_reported) {
+      on_layer(layer);
+    } else {
+      gate.held.push_back(layer);
+    }
+  };
+  FC_ASSIGN_OR_RETURN(auto h1, restore_->Start(first, layout.num_layers, cb_first, on_slice));
+  Status st;
+  if (two) {
+    auto h2 = restore_->Start(rest, layout.num_layers, cb_rest, on_slice);
+    if (!h2.ok()) {
+      (void)h1->Wait();  // its callbacks use this frame
+      return h2.status();
+    }
+    st = h1->Wait();
+    const Status st2 = (*h2)->Wait();
+    if (st.ok()) st = st2;
+    const RestoreStats rs = (*h2)->stats();
+    result->ssd_bytes_read += rs.bytes_read;
+    result->ssd_reads += rs.reads_issued;
+  } else {
+    st = h1->Wait();
+  }
+  const RestoreStats rs = h1->stats();
   result->ssd_bytes_read += rs.bytes_read;
   result->ssd_reads += rs.reads_issued;
   return st;
