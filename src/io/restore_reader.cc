@@ -60,6 +60,19 @@ Status RestoreHandle::Wait() {
   return first_error_;
 }
 
+void RestoreHandle::Cancel(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;
+    if (first_error_.ok()) first_error_ = why;
+    failed_.store(true, std::memory_order_relaxed);
+  }
+  // Wakes the issuer thread, which fails the reads not yet issued (once this restore is at the
+  // front of its queue).
+  std::lock_guard<std::mutex> lock(reader_->mu_);
+  reader_->cv_.notify_all();
+}
+
 bool RestoreHandle::done() const {
   std::lock_guard<std::mutex> lock(mu_);
   return done_;
@@ -131,8 +144,9 @@ void RestoreHandle::CompleteRead(uint32_t idx, const Status& status) {
     bytes_read_.fetch_add(r.len, std::memory_order_relaxed);
     bytes_delivered_.fetch_add(delivered, std::memory_order_relaxed);
   }
-  reader_->Release(rs, r.len);
-
+  // The failure is recorded before the window space goes back: Release issues the reads that now
+  // fit, and must already see that this restore failed (after the first error it issues nothing
+  // more).
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (uint32_t k = r.first_slice; k < r.first_slice + r.slice_count; ++k) {
@@ -149,6 +163,7 @@ void RestoreHandle::CompleteRead(uint32_t idx, const Status& status) {
     }
     cv_.notify_all();
   }
+  reader_->Release(rs, r.len);
   ReportLayers();
   // Counted only now, after this thread's last use of the handle: the thread that takes the count
   // to zero may release the last reference.
@@ -480,7 +495,7 @@ std::shared_ptr<RestoreHandle> RestoreReader::TakeBatch(std::vector<IoOp>* batch
   while (h->next_issue_ < h->issue_order_.size()) {
     const uint32_t idx = h->issue_order_[h->next_issue_];
     if (h->failed_.load(std::memory_order_relaxed)) {
-      if (skipped == nullptr) return h;  // failing reads is the issuer thread's job
+      if (skipped == nullptr) break;  // failing reads is the issuer thread's job
       skipped->push_back(idx);
       ++h->next_issue_;
       continue;

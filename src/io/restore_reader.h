@@ -26,10 +26,12 @@
 // Thread safety: Start may be called from any thread; concurrent restores share the window and are
 // issued in Start order. An internal thread issues a restore's first reads; after that, the engine
 // thread that lands a read and frees its window space submits the reads that now fit, so the
-// device gets its next reads without a thread hand-off. The engine's threads also run the scatter
-// and the layer callbacks. Callbacks must not block on later layers of the same
-// restore, nor destroy the reader. A RestoreHandle may be waited on from several threads.
-// After the first error a restore issues nothing more: its remaining reads fail with that error.
+// device gets its next reads without a thread hand-off. Reads are taken in issue order (earliest
+// layer first), but batches taken by two threads at once may reach the engine in either order.
+// The engine's threads also run the scatter and the layer callbacks. Callbacks must not block on
+// later layers of the same restore, nor destroy the reader. A RestoreHandle may be waited on from
+// several threads. After the first error a restore issues nothing more: its remaining reads fail
+// with that error.
 #pragma once
 
 #include <atomic>
@@ -99,6 +101,10 @@ class RestoreHandle : public IoCompletionSink {
   // Blocks until every read finished; returns OK or the first error.
   Status Wait();
   bool done() const;
+  // Fails the restore with `why` unless it already failed: its reads not yet issued are never
+  // issued and fail with the first error; reads in flight land as usual. A no-op once done.
+  // REQUIRES: the reader that started it is alive.
+  void Cancel(const Status& why);
   uint32_t num_layers() const { return num_layers_; }
   RestoreStats stats() const;
   const CoalescePlan& plan() const { return plan_; }

@@ -514,12 +514,14 @@ class InflightTrackingEngine : public IoEngine {
       }
       vectored_ops_ += op.vectored();
       from_completion_ += in_completion_ > 0;
+      ++ops_;
       base_.Submit({&op, 1}, new Tracker(this, sink, op.len));
     }
   }
   uint64_t max_inflight() const { return max_.load(); }
   uint64_t vectored_ops() const { return vectored_ops_.load(); }
   uint64_t ops_from_completions() const { return from_completion_.load(); }
+  uint64_t ops() const { return ops_.load(); }
 
  private:
   struct Tracker : IoCompletionSink {
@@ -537,7 +539,7 @@ class InflightTrackingEngine : public IoEngine {
     uint64_t n;
   };
   IoEngine& base_;
-  std::atomic<uint64_t> inflight_{0}, max_{0}, vectored_ops_{0}, from_completion_{0};
+  std::atomic<uint64_t> inflight_{0}, max_{0}, vectored_ops_{0}, from_completion_{0}, ops_{0};
   static thread_local int in_completion_;
 };
 thread_local int InflightTrackingEngine::in_completion_ = 0;
@@ -579,23 +581,35 @@ TEST_P(RestoreTest, StagedAndVectoredReadsShareOneInFlightBudget) {
   EXPECT_LE(tracking.max_inflight(), window);
 }
 
+// `reads` staged reads of `piece` bytes of file 0, back to back into one buffer (a byte off, so
+// nothing is read in place).
+std::vector<SliceRead> StagedPieces(std::vector<uint8_t>* dest, uint64_t piece, uint64_t reads) {
+  dest->assign(reads * piece + 1, 0xEE);
+  std::vector<SliceRead> slices;
+  for (uint64_t i = 0; i < reads; ++i) {
+    slices.push_back(SliceRead{0, i * piece, piece, dest->data() + 1 + i * piece, 0});
+  }
+  return slices;
+}
+
+RestoreOptions StagedOptions(uint64_t piece, uint64_t window_pieces) {
+  RestoreOptions o;
+  o.window_bytes = window_pieces * piece;
+  o.coalesce.max_io = piece;
+  o.allow_vectored = false;
+  return o;
+}
+
 TEST_P(RestoreTest, TheCompletionThatFreesWindowSpaceIssuesTheNextReads) {
   // 32 staged reads of 64 KiB through a window of two: the issuer thread sends the first two, and
   // from then on each landed read's thread submits the next one itself, without a hand-off to the
   // issuer. (An engine that completes inside Submit, posix, does it for one level only, so about
   // every other read; the issuer thread takes the rest.)
   const uint64_t piece = 64 << 10, reads = 32;
-  std::vector<uint8_t> dest(reads * piece + 1, 0xEE);
-  std::vector<SliceRead> slices;
-  for (uint64_t i = 0; i < reads; ++i) {
-    slices.push_back(SliceRead{0, i * piece, piece, dest.data() + 1 + i * piece, 0});
-  }
-  RestoreOptions o;
-  o.window_bytes = 2 * piece;
-  o.coalesce.max_io = piece;
-  o.allow_vectored = false;
+  std::vector<uint8_t> dest;
+  auto slices = StagedPieces(&dest, piece, reads);
   InflightTrackingEngine tracking(*engine_);
-  auto made = RestoreReader::Create(tracking, o);
+  auto made = RestoreReader::Create(tracking, StagedOptions(piece, 2));
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   ASSERT_TRUE((*made)->Restore(slices).ok());
   EXPECT_EQ(Mismatches(slices), 0u);
@@ -606,6 +620,90 @@ TEST_P(RestoreTest, TheCompletionThatFreesWindowSpaceIssuesTheNextReads) {
   } else {
     EXPECT_GE(tracking.ops_from_completions(), reads - 4);
   }
+}
+
+TEST_P(RestoreTest, AFailedReadIssuesNothingMoreOfItsRestore) {
+  // Every read fails. The window holds 4 reads: the first 4 go out together, and the failure of
+  // each is recorded before its window space is handed on, so no further read of the restore is
+  // ever issued (the remaining 28 fail without I/O).
+  const uint64_t piece = 64 << 10, reads = 32;
+  std::vector<uint8_t> dest;
+  auto slices = StagedPieces(&dest, piece, reads);
+  FaultInjectionIoEngine fi(*engine_);
+  fi.SetReadError(EIO);
+  InflightTrackingEngine tracking(fi);
+  auto made = RestoreReader::Create(tracking, StagedOptions(piece, 4));
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  const Status st = (*made)->Restore(slices);
+  EXPECT_TRUE(st.IsIOError()) << st.ToString();
+  EXPECT_GE(tracking.ops(), 1u);
+  EXPECT_LE(tracking.ops(), 4u);
+}
+
+// Holds submitted ops until Go(), then passes them (and every later op) to the base engine.
+class HoldingEngine : public IoEngine {
+ public:
+  explicit HoldingEngine(IoEngine& base) : base_(base) {}
+  Status RegisterFiles(std::span<const int> fds) override { return base_.RegisterFiles(fds); }
+  std::string_view name() const override { return base_.name(); }
+  void Submit(std::span<const IoOp> ops, IoCompletionSink* sink) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      submitted_ += ops.size();
+      if (!go_) {
+        for (const IoOp& op : ops) held_.emplace_back(op, sink);
+        return;
+      }
+    }
+    base_.Submit(ops, sink);
+  }
+  size_t submitted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return submitted_;
+  }
+  void Go() {
+    std::vector<std::pair<IoOp, IoCompletionSink*>> held;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      go_ = true;
+      held.swap(held_);
+    }
+    for (auto& [op, sink] : held) base_.Submit({&op, 1}, sink);
+  }
+
+ private:
+  IoEngine& base_;
+  std::mutex mu_;
+  bool go_ = false;
+  size_t submitted_ = 0;
+  std::vector<std::pair<IoOp, IoCompletionSink*>> held_;
+};
+
+TEST_P(RestoreTest, CancelStopsIssuingAndWaitReturnsTheReason) {
+  // Two reads are in flight (held by the engine) when the restore is cancelled: they land, and
+  // nothing more is issued; Wait returns the cancel status and every layer completes.
+  const uint64_t piece = 64 << 10, reads = 32;
+  std::vector<uint8_t> dest;
+  auto slices = StagedPieces(&dest, piece, reads);
+  for (uint64_t i = 0; i < reads; ++i) slices[i].layer = static_cast<uint32_t>(i / 8);
+  HoldingEngine holding(*engine_);
+  auto made = RestoreReader::Create(holding, StagedOptions(piece, 2));
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  auto h = (*made)->Start(slices);
+  ASSERT_TRUE(h.ok());
+  for (int i = 0; i < 3000 && holding.submitted() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(holding.submitted(), 2u);
+  (*h)->Cancel(Status::Aborted("restore no longer wanted"));
+  holding.Go();
+  const Status st = (*h)->Wait();
+  EXPECT_EQ(st.code(), StatusCode::kAborted) << st.ToString();
+  EXPECT_EQ(holding.submitted(), 2u);
+  for (uint32_t l = 0; l < 4; ++l) EXPECT_FALSE((*h)->WaitLayer(l).ok()) << l;
+  EXPECT_EQ(Mismatches({slices[0], slices[1]}), 0u);  // the two reads in flight landed
+  (*h)->Cancel(Status::Aborted("again"));             // a no-op once done
+  EXPECT_EQ((*h)->Wait().message(), st.message());
 }
 
 TEST_P(RestoreTest, StagedReadAsLargeAsTheWindowAfterASmallOne) {
