@@ -200,11 +200,14 @@ Status FlatStore::ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout
   }
   const std::span<const SliceRead> first(slices.begin(), split), rest(split, slices.end());
 
-  // Layer reports of the two restores, merged into one ordered stream.
+  // Layer reports of the two restores, merged into one ordered stream; and a failed first layer
+  // cancels the rest (one restore stops issuing after its first error, and so do the two).
   struct Gate {
     std::mutex mu;
     bool first_reported = false;  // the first restore's layer 0 went out
     std::vector<uint32_t> held;   // the rest's OK layers that completed before that, in order
+    Status first_failed;          // layer 0's error
+    RestoreHandle* rest = nullptr;
   } gate;
   const bool two = !rest.empty() && !first.empty();
   LayerCallback cb_first = [&](uint32_t layer, const Status& st) {
@@ -214,7 +217,12 @@ Status FlatStore::ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout
     }
     if (layer != 0) return;  // the first restore has only layer 0; the rest reports the others
     std::lock_guard<std::mutex> lock(gate.mu);
-    if (st.ok()) on_layer(0);
+    if (st.ok()) {
+      on_layer(0);
+    } else {
+      gate.first_failed = st;
+      if (gate.rest != nullptr) gate.rest->Cancel(st);
+    }
     for (uint32_t l : gate.held) on_layer(l);
     gate.held.clear();
     gate.first_reported = true;
@@ -235,6 +243,11 @@ Status FlatStore::ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout
     if (!h2.ok()) {
       (void)h1->Wait();  // its callbacks use this frame
       return h2.status();
+    }
+    {
+      std::lock_guard<std::mutex> lock(gate.mu);
+      gate.rest = h2->get();
+      if (!gate.first_failed.ok()) gate.rest->Cancel(gate.first_failed);
     }
     st = h1->Wait();
     const Status st2 = (*h2)->Wait();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -409,11 +410,22 @@ TEST(FlatStoreErrors, InjectedEioAndEnospcLeaveTheStoreUsable) {
   EXPECT_EQ(store.Exists(bad), 10u);
 }
 
+// Writes `keys` (filled with their pattern) to SSD in one Put and returns the source blocks.
+HostBlocks PutOnSsd(FlatStore& store, const std::vector<Key>& keys, const KvLayout& layout) {
+  HostBlocks src(layout, keys.size());
+  src.Fill(keys);
+  WriteHints ssd;
+  ssd.force_medium = MediaType::kSsd;
+  const auto put = store.Put(keys, layout, src.buffers(), ssd);
+  EXPECT_TRUE(put.ok()) << put.status().ToString();
+  return src;
+}
+
 TEST(FlatStoreReads, LargeRestoreReportsEveryLayerOnceAndInOrder) {
   // 128 blocks x 16 layers x 2 planes = 4096 slices: the restore's first layer goes out as a
   // restore of its own, ahead of the rest (FlatStore::kSplitRestoreSlices). Every engine, with
-  // its own completion threads, still reports layers 0..15 once each and in order, and a block
-  // whose layer-0 slice is corrupt on disk is still caught by the checksum.
+  // its own completion threads, still reports layers 0..15 once each and in order, and corrupt
+  // slices on disk are caught by the checksum in either restore.
   static_assert(FlatStore::kSplitRestoreSlices <= 4096);
   const KvLayout layout{16, 2, 4096};
   for (const char* engine : {"posix", "preadv", "uring"}) {
@@ -425,19 +437,21 @@ TEST(FlatStoreReads, LargeRestoreReportsEveryLayerOnceAndInOrder) {
     ASSERT_TRUE(made.ok()) << made.status().ToString();
     FlatStore& store = **made;
     auto keys = MakeKeys(700, 0, 128);
-    HostBlocks src(layout, keys.size());
-    src.Fill(keys);
-    WriteHints ssd;
-    ssd.force_medium = MediaType::kSsd;
-    ASSERT_TRUE(store.Put(keys, layout, src.buffers(), ssd).ok());
+    HostBlocks src = PutOnSsd(store, keys, layout);
+    ASSERT_EQ(store.Exists(keys), keys.size());
     for (int corrupt = 0; corrupt < 2; ++corrupt) {
       if (corrupt == 1) {
-        // Block 5's layer-0, plane-0 slice: the segment's first run holds the 128 blocks' slices.
+        // The 4 MiB pool files hold one 32-block segment each, layer-major: run (l, p) is the
+        // segment's 32 slices of layer l, plane p. Block 5's (0, 0) slice is read by the first
+        // restore, block 9's (5, 1) slice by the second.
         const int fd = store.ssd_pool()->fds()[0];
-        alignas(4096) static uint8_t page[4096];
-        ASSERT_EQ(pread(fd, page, 4096, 5 * 4096), 4096);
-        page[77] ^= 0xFF;
-        ASSERT_EQ(pwrite(fd, page, 4096, 5 * 4096), 4096);
+        const uint64_t run = 32 * layout.slice_bytes;
+        for (const off_t off : {off_t{5 * 4096}, static_cast<off_t>(11 * run + 9 * 4096)}) {
+          alignas(4096) static uint8_t page[4096];
+          ASSERT_EQ(pread(fd, page, 4096, off), 4096);
+          page[77] ^= 0xFF;
+          ASSERT_EQ(pwrite(fd, page, 4096, off), 4096);
+        }
       }
       HostBlocks dst(layout, keys.size());
       std::mutex mu;
@@ -452,15 +466,54 @@ TEST(FlatStoreReads, LargeRestoreReportsEveryLayerOnceAndInOrder) {
       std::vector<uint32_t> want_layers(layout.num_layers);
       for (uint32_t l = 0; l < layout.num_layers; ++l) want_layers[l] = l;
       EXPECT_EQ(layers, want_layers);
-      EXPECT_EQ(g->hits, keys.size() - corrupt);
-      EXPECT_EQ(g->corrupt, static_cast<uint64_t>(corrupt));
+      EXPECT_EQ(g->hits, keys.size() - 2 * corrupt);
+      EXPECT_EQ(g->corrupt, 2u * corrupt);
       EXPECT_EQ(g->found[5], corrupt == 0);
+      EXPECT_EQ(g->found[9], corrupt == 0);
+      // Two restores: per segment one read of its layer 0 and one of the rest (each segment is
+      // 4 MiB, one maximum read); a single restore would read each segment in one.
+      EXPECT_EQ(g->ssd_reads, 2 * keys.size() * layout.block_bytes() / o.ssd_file_bytes);
       for (size_t i = 0; i < keys.size(); ++i) {
         if (!g->found[i]) continue;
         EXPECT_EQ(0, std::memcmp(src.block(i), dst.block(i), layout.block_bytes())) << i;
       }
     }
   }
+}
+
+TEST(FlatStoreErrors, FailedFirstLayerOfASplitRestoreFailsTheGet) {
+  // The first layer's restore fails (EIO on segment 0's layer 0): the Get fails clearly, layer 0
+  // is never reported, and whatever layers are reported come in order (the rest of the restore is
+  // cancelled; RestoreTest.CancelStopsIssuingAndWaitReturnsTheReason checks that mechanism). Once
+  // the fault is gone the same Get succeeds.
+  const KvLayout layout{16, 2, 4096};
+  TempDir dir;
+  auto fault = std::make_unique<FaultInjectionIoEngine>(std::make_unique<PosixIoEngine>());
+  FaultInjectionIoEngine* inject = fault.get();
+  auto made = FlatStore::OpenWithEngine(SmallOptions(dir.path()), std::move(fault));
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  FlatStore& store = **made;
+  auto keys = MakeKeys(701, 0, 128);
+  HostBlocks src = PutOnSsd(store, keys, layout);
+  ASSERT_EQ(store.Exists(keys), keys.size());
+  FaultSpec spec;
+  spec.file = 0;
+  spec.range_begin = 0;
+  spec.range_end = 4096;  // block 0's layer-0 slice
+  inject->SetReadFault(spec);
+  std::vector<uint32_t> layers;
+  GetOptions go;
+  go.on_layer = [&](uint32_t l) { layers.push_back(l); };  // serialised by the store
+  HostBlocks dst(layout, keys.size());
+  auto g = store.Get(keys, layout, dst.buffers(), go);
+  EXPECT_TRUE(g.status().IsIOError()) << g.status().ToString();
+  EXPECT_TRUE(std::find(layers.begin(), layers.end(), 0u) == layers.end());
+  EXPECT_TRUE(std::is_sorted(layers.begin(), layers.end()));
+  inject->ClearReads();
+  g = store.Get(keys, layout, dst.buffers());
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->hits, keys.size());
+  EXPECT_EQ(0, std::memcmp(dst.bytes.data(), src.bytes.data(), src.bytes.size()));
 }
 
 TEST(FlatStoreErrors, CorruptedBlockIsAMissAndCounted) {
