@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -147,9 +148,14 @@ TEST_P(EngineTest, ConcurrentSubmitters) {
       std::mt19937_64 rng(t);
       std::vector<uint8_t> buf(kBytes);
       std::vector<IoOp> ops;
+      // 200 reads at random places, each in its own 8 KiB slot of the buffer: ops of one batch
+      // run on different engine threads, so they must not write the same bytes.
+      std::vector<uint64_t> slots(kBytes / 8192);
+      for (uint64_t k = 0; k < slots.size(); ++k) slots[k] = k;
+      std::shuffle(slots.begin(), slots.end(), rng);
       for (int i = 0; i < 200; ++i) {
-        uint64_t off = rng() % (kBytes - 8192);
-        uint64_t len = 1 + rng() % 8192;
+        uint64_t off = slots[i] * 8192 + rng() % 4096;
+        uint64_t len = 1 + rng() % 4096;
         ops.push_back(IoOp{IoOpcode::kRead, 0, off, buf.data() + off, len, 0});
       }
       if (!ExecuteSync(*engine_, ops).ok()) ++bad;
@@ -578,8 +584,8 @@ TEST(UringEngine, OpsQueuedByACompletionGoOutBeforeItsPassEnds) {
   ASSERT_TRUE(engine.RegisterFiles({&fd, 1}).ok());
 
   // Completion 1 sleeps, so the other reads have all completed by the next reaping pass and
-  // completions 2.. are handed out in one pass. Completion 2 queues one more read (tag kReads);
-  // completion 3 looks at the counters.
+  // completions 2.. are normally handed out in one pass. Completion 2 queues one more read (tag
+  // kReads); completion 3 looks at the counters.
   struct Sink : IoCompletionSink {
     UringIoEngine* engine = nullptr;
     IoOp extra{};
@@ -608,33 +614,46 @@ TEST(UringEngine, OpsQueuedByACompletionGoOutBeforeItsPassEnds) {
       ++done;
       cv.notify_all();
     }
-  } sink;
-  std::vector<uint8_t> dst((kReads + 1) * kLen, 0);
-  std::vector<IoOp> ops;
-  for (uint32_t i = 0; i < kReads; ++i) {
-    ops.push_back(IoOp{IoOpcode::kRead, 0, i * 4096ull + 7, dst.data() + i * kLen, kLen, i});
+  };
+  // Where reads go to the kernel's async workers, the first pass may end right after completion
+  // 2; then the scenario is run again (a few tries), since only a shared pass tells anything.
+  bool shared_pass = false;
+  for (int attempt = 0; attempt < 5 && !shared_pass; ++attempt) {
+    Sink sink;
+    std::vector<uint8_t> dst((kReads + 1) * kLen, 0);
+    std::vector<IoOp> ops;
+    for (uint32_t i = 0; i < kReads; ++i) {
+      ops.push_back(IoOp{IoOpcode::kRead, 0, i * 4096ull + 7, dst.data() + i * kLen, kLen, i});
+    }
+    sink.engine = &engine;
+    sink.extra = IoOp{IoOpcode::kRead, 0, 40000, dst.data() + kReads * kLen, kLen, kReads};
+    engine.Submit(ops, &sink);
+    {
+      std::unique_lock<std::mutex> lock(sink.mu);
+      const bool all = sink.cv.wait_for(lock, std::chrono::seconds(30),
+                                        [&] { return sink.done == static_cast<int>(kReads) + 1; });
+      if (!all) {
+        ADD_FAILURE() << "reads did not complete";
+        std::_Exit(1);  // the engine would hand completions to a destroyed sink
+      }
+    }
+    EXPECT_TRUE(sink.errors.empty()) << sink.errors.front().ToString();
+    uint64_t bad = 0;
+    for (uint32_t i = 0; i <= kReads; ++i) {
+      const IoOp& op = i < kReads ? ops[i] : sink.extra;
+      for (uint64_t j = 0; j < kLen; ++j) {
+        bad += dst[i * kLen + j] != PatternByte(9, op.offset + j);
+      }
+    }
+    EXPECT_EQ(bad, 0u);
+    shared_pass = sink.at_third.reap_passes == sink.at_second.reap_passes;
+    if (!shared_pass) continue;
+    // Between completions 2 and 3 of one pass, the queued read was prepared and submitted.
+    EXPECT_EQ(sink.at_third.sqes, sink.at_second.sqes + 1);
+    EXPECT_EQ(sink.at_third.submit_batches, sink.at_second.submit_batches + 1);
   }
-  sink.engine = &engine;
-  sink.extra = IoOp{IoOpcode::kRead, 0, 40000, dst.data() + kReads * kLen, kLen, kReads};
-  engine.Submit(ops, &sink);
-  {
-    std::unique_lock<std::mutex> lock(sink.mu);
-    ASSERT_TRUE(sink.cv.wait_for(lock, std::chrono::seconds(30),
-                                 [&] { return sink.done == static_cast<int>(kReads) + 1; }));
-  }
-  EXPECT_TRUE(sink.errors.empty()) << sink.errors.front().ToString();
-  uint64_t bad = 0;
-  for (uint32_t i = 0; i <= kReads; ++i) {
-    const IoOp& op = i < kReads ? ops[i] : sink.extra;
-    for (uint64_t j = 0; j < kLen; ++j) bad += dst[i * kLen + j] != PatternByte(9, op.offset + j);
-  }
-  EXPECT_EQ(bad, 0u);
-  // Completions 2 and 3 came from one reaping pass...
-  ASSERT_EQ(sink.at_third.reap_passes, sink.at_second.reap_passes);
-  // ...and between them the queued read was prepared and submitted.
-  EXPECT_EQ(sink.at_third.sqes, sink.at_second.sqes + 1);
-  EXPECT_EQ(sink.at_third.submit_batches, sink.at_second.submit_batches + 1);
   ::close(fd);
+  if (!shared_pass) GTEST_SKIP() << "completions 2 and 3 never shared a reaping pass in 5 tries";
 }
 
 // kAuto falls back to the preadv pool when io_uring ring setup fails. Here setup is made to fail
