@@ -77,7 +77,9 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
 
   // 2. DRAM blocks are copied at once; SSD slices are collected for the restore.
   std::vector<SliceRead> ssd;
-  ssd.reserve(hits.size() * layout.num_layers * layout.num_planes);  // an upper bound
+  const auto ssd_blocks =
+      std::count_if(hits.begin(), hits.end(), [](const Hit& h) { return GvaIsSsd(h.e.gva); });
+  ssd.reserve(ssd_blocks * layout.num_layers * layout.num_planes);
   const uint64_t sb = layout.slice_bytes;
   const uint64_t fb = ssd_ ? ssd_->file_bytes() : 1;
   // SSD blocks are verified slice by slice as the slices land (the I/O worker hashes each one
@@ -236,6 +238,11 @@ Status FlatStore::ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout
       gate.held.push_back(layer);
     }
   };
+  auto count = [result](const RestoreHandle& h) {
+    const RestoreStats rs = h.stats();
+    result->ssd_bytes_read += rs.bytes_read;
+    result->ssd_reads += rs.reads_issued;
+  };
   FC_ASSIGN_OR_RETURN(auto h1, restore_->Start(first, layout.num_layers, cb_first, on_slice));
   Status st;
   if (two) {
@@ -252,15 +259,11 @@ Status FlatStore::ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout
     st = h1->Wait();
     const Status st2 = (*h2)->Wait();
     if (st.ok()) st = st2;
-    const RestoreStats rs = (*h2)->stats();
-    result->ssd_bytes_read += rs.bytes_read;
-    result->ssd_reads += rs.reads_issued;
+    count(**h2);
   } else {
     st = h1->Wait();
   }
-  const RestoreStats rs = h1->stats();
-  result->ssd_bytes_read += rs.bytes_read;
-  result->ssd_reads += rs.reads_issued;
+  count(*h1);
   return st;
 }
 
