@@ -221,10 +221,12 @@ Status Plot(const std::string& path, const std::vector<eval::ReplayReport>& rows
 
 int RunReplayCommand(ReplayArgs& a) {
   if (!a.trace_path.empty() && !a.workload.empty()) {
-    return ReportStatus("replay", Status::InvalidArgument("give --trace or --workload, not both"));
+    return ReportArgError("replay",
+                          Status::InvalidArgument("give --trace or --workload, not both"));
   }
   if (!a.plot.empty() && !(a.plot.ends_with(".png") || a.plot.ends_with(".svg"))) {
-    return ReportStatus("replay", Status::InvalidArgument("--plot needs a .png or .svg file name"));
+    return ReportArgError("replay",
+                          Status::InvalidArgument("--plot needs a .png or .svg file name"));
   }
   if (!a.plot.empty() && !HaveGnuplot()) {
     return ReportStatus("replay",
@@ -234,16 +236,25 @@ int RunReplayCommand(ReplayArgs& a) {
   std::vector<std::string> names;
   for (const auto& p : a.policies) {
     auto r = eval::ParseReplayPolicy(p);
-    if (!r.ok()) return ReportStatus("replay", r.status());
+    if (!r.ok()) return ReportArgError("replay", r.status());
     policies.push_back(*r);
     names.emplace_back(eval::ReplayPolicyName(*r));
+  }
+  if (!a.workload.empty()) {
+    if (auto kind = trace::ParseWorkloadKind(a.workload); !kind.ok()) {
+      return ReportArgError("replay", kind.status());
+    }
+  }
+  if (auto format = trace::ParseTraceFormat(a.format); !format.ok()) {
+    return ReportArgError("replay", format.status());
   }
   const bool builtin = a.trace_path.empty() && a.workload.empty();
   auto reqs = LoadRequests(a);
   if (!reqs.ok()) return ReportStatus("replay", reqs.status());
   if (a.qps.empty()) a.qps = {builtin ? kDefaultQps : 0.0};
   for (double q : a.qps) {
-    if (q < 0) return ReportStatus("replay", Status::InvalidArgument("--qps values must be >= 0"));
+    if (q < 0)
+      return ReportArgError("replay", Status::InvalidArgument("--qps values must be >= 0"));
   }
   std::unique_ptr<testing::TempDir> tmp;
   std::string base = a.dir;

@@ -1,0 +1,158 @@
+"""The `flatcake` command line: each benchmark's table and JSON contract, the replay on a small
+built-in workload, trace statistics on a shared trace, and the exit statuses and messages of bad
+input (2 for a command-line error, 1 for a failure).
+
+The benchmarks run with tiny sizes: these tests check what the commands print and that every
+byte they restore is verified, not how fast they are (the figures of this shared machine are
+noise at these sizes).
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.environ.get("FLATCAKE_BIN", os.path.join(REPO, "build", "flatcake"))
+TRACES = os.path.join(REPO, "..", "shared", "traces")
+
+
+def run(*args, timeout=300):
+    assert os.access(BIN, os.X_OK), f"{BIN} is not built (scripts/build.sh builds it)"
+    return subprocess.run(
+        [BIN, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def last_json(proc):
+    """The JSON object on the last line of stdout (the benches' --json contract)."""
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) >= 2, "a table is printed before the JSON line"
+    return json.loads(lines[-1])
+
+
+def test_top_level_help_lists_the_subcommands():
+    p = run("--help")
+    assert p.returncode == 0
+    for sub in ("info", "trace", "replay", "bench"):
+        assert sub in p.stdout
+
+
+def test_bench_restore_json_fields_and_every_byte_verified(tmp_path):
+    p = run("bench", "restore", "--bytes", "64M", "--turns", "4", "--reps", "1",
+            "--dir", str(tmp_path), "--json")
+    j = last_json(p)
+    for field in ("raw_seq_gbps", "flat_gbps", "scattered_gbps", "flat_vs_raw",
+                  "flat_vs_scattered", "raw_vs_scattered", "first_layer_ms_flat",
+                  "first_layer_ms_scattered", "first_layer_ms_scattered_object"):
+        assert isinstance(j[field], float) and j[field] > 0, field
+    # 64 MiB of 1 MiB blocks (32 layers x 2 planes x 16 KiB).
+    assert j["blocks"] == 64 and j["block_bytes"] == 1 << 20
+    assert j["mismatches"] == 0 and j["raw_slots_mismatches"] == 0
+    # Every restore into the destination blocks is compared byte for byte: flat, scattered,
+    # scattered-object and raw-slots (raw reads into one plain buffer), one repetition each.
+    assert j["bytes_verified"] == 4 * 64 * (1 << 20)
+    # The layer-by-layer eviction-ordered restore reads once per block per layer; the flat one
+    # coalesces into O(segments x layers) reads.
+    assert j["reads_issued_scattered"] == 64 * 32
+    assert 0 < j["reads_issued_flat"] <= j["segments_x_layers"] * 2
+    assert j["flat_vs_raw"] == pytest.approx(j["flat_gbps"] / j["raw_seq_gbps"], rel=1e-9)
+    assert j["raw_vs_scattered"] == pytest.approx(
+        j["raw_seq_gbps"] / j["scattered_gbps"], rel=1e-9)
+    assert "raw / scattered = " in p.stdout
+
+
+def test_bench_restore_subset_reports_missing_figures_as_null(tmp_path):
+    p = run("bench", "restore", "--bytes", "16M", "--turns", "2", "--reps", "1",
+            "--variants", "flat", "--dir", str(tmp_path), "--json")
+    j = last_json(p)
+    assert j["flat_gbps"] > 0
+    for field in ("raw_seq_gbps", "flat_vs_raw", "flat_vs_scattered", "raw_vs_scattered"):
+        assert j[field] is None, field
+    assert "n/a" in p.stdout
+
+
+def test_bench_index_checks_every_answer():
+    j = last_json(run("bench", "index", "--capacity", "4096", "--seconds", "0.01",
+                      "--rounds", "1", "--json"))
+    assert j["correct"] is True
+    for field in ("flat_lookup_mops", "mutex_map_lookup_mops", "tbb_lookup_mops",
+                  "flat_vs_mutex", "flat_vs_tbb"):
+        assert j[field] > 0, field
+    # Two loads x two thread counts x five structure rows.
+    assert len(j["matrix"]) == 20 and all(c["correct"] for c in j["matrix"])
+
+
+def test_bench_coalesce_json():
+    j = last_json(run("bench", "coalesce", "--descs", "20000", "--descs-small", "2000",
+                      "--repeat", "1", "--json"))
+    assert j["descs"] == 20000
+    assert j["plan_ms"] > 0
+    # 20000 slices of 16 KiB (1% holes bridged) in reads of at most 4 MiB.
+    assert j["bytes_read"] / (4 << 20) <= j["reads_out"] < j["descs"]
+
+
+def test_bench_sched_dram_requests_do_not_wait_behind_ssd_ones():
+    j = last_json(run("bench", "sched", "--requests", "300", "--virtual", "--json"))
+    assert j["requests"] == 300
+    assert 0 < j["mas_dram_p99_ms"] < j["fcfs_dram_p99_ms"]
+
+
+def test_replay_small_workload_loses_no_bytes():
+    p = run("replay", "--workload", "agentic", "--requests", "40", "--scale", "0.05",
+            "--qps", "40", "--json", "--no-progress")
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(line) for line in p.stdout.strip().splitlines()]
+    assert [r["policy"] for r in rows] == ["flat", "tiered", "dram-only"]
+    for r in rows:
+        assert r["requests"] == 40
+        assert r["mismatches"] == 0 and r["errors"] == 0
+        assert 0 < r["hit_rate_pct"] <= 100
+
+
+def test_trace_stats_on_the_shared_conversation_trace():
+    path = os.path.join(TRACES, "mooncake_conversation_trace.jsonl")
+    p = run("trace", "stats", path, "--json")
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout.strip().splitlines()[-1])
+    assert j["requests"] == 12031  # the file's line count, as its README says
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["bench", "restore", "--layers", "0"], "--layers"),
+        (["bench", "restore", "--variants", "flat,bogus"], "bogus"),
+        (["bench", "index", "--batch", "0"], "--batch"),
+        (["bench", "coalesce", "--descs", "0"], "--descs"),
+        (["bench", "sched", "--consumers", "0"], "--consumers"),
+        (["bench", "restore", "--no-such-flag"], "--no-such-flag"),
+        (["replay", "--policy", "lru"], "lru"),
+        (["replay", "--workload", "chat"], "chat"),
+        (["replay", "--trace", "x.jsonl", "--format", "csv"], "csv"),
+        (["replay", "--qps", "-1"], "--qps"),
+        (["info", "--io-engine", "bogus"], "bogus"),
+        (["trace", "gen", "--kind", "bogus"], "bogus"),
+    ],
+)
+def test_command_line_errors_exit_2_and_name_the_flag(args, message):
+    p = run(*args)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert message in p.stderr
+
+
+def test_malformed_trace_exits_1_with_file_and_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 1, "input_length": 10, "output_length": 5, "hash_ids": [1]}\n'
+                   '{"timestamp": oops\n')
+    p = run("trace", "stats", str(bad))
+    assert p.returncode == 1
+    assert f"{bad}:2:" in p.stderr
+
+
+def test_missing_trace_exits_1_and_says_so(tmp_path):
+    p = run("trace", "stats", str(tmp_path / "absent.jsonl"))
+    assert p.returncode == 1
+    assert "No such file" in p.stderr
