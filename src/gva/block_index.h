@@ -38,14 +38,19 @@
 //    and Reserve raises it before the key can be published, so lookups probe at most `reach`
 //    slots from home instead of to the first EMPTY: a miss at 90% load stops after a few slots
 //    (none when no key has that home) rather than walking the whole cluster.
+//  - The same word carries four placement hints: Reserve records, in the cell its fingerprint
+//    picks, how far from home its key landed. Hints are advisory (the latest key of a cell wins,
+//    erased keys leave stale ones); the batched lookups use them to prefetch and try a key's own
+//    slot first, and fall back to the full probe whenever the hinted slot does not hold the key.
 //
 // Memory layout, for lookups (see block_index.cc for the figures): the state words sit in a
 // dense, 64-byte aligned array, eight per cache line, and the keys and entries in a second array,
 // one 64-byte line per slot. Both arrays are 2 MiB aligned and advised for transparent huge pages
 // so that a probe costs cache misses but rarely TLB misses. A hit touches the state line(s) from
 // its home slot to its own slot plus its own key/entry line; the batched lookups overlap those
-// misses across keys (software prefetch), which is what makes them several times faster per key
-// than a loop of Lookup on a table larger than the caches.
+// misses across keys (software prefetch, the key's own line found through its hint), which is
+// what makes them several times faster per key than a loop of Lookup on a table larger than the
+// caches.
 //
 // Slots never return to EMPTY concurrently, so a long-lived table under insert/erase churn slowly
 // turns EMPTY slots into tombstones and misses probe further. tombstones() exposes the count and
@@ -106,8 +111,9 @@ class BlockIndex {
   bool Lookup(const Key& key, IndexEntry* out) const;
 
   // Batched lookup: for every i, found[i] = Lookup(keys[i], &out[i]) (out[i] is left untouched on
-  // a miss). Each key's home lines are prefetched kLookupAhead keys before it is probed, so the
-  // cache misses of that many keys overlap. Each key's answer is linearisable on its own (exactly
+  // a miss). Each key's home lines are prefetched kLookupAhead keys before it is probed, and the
+  // line of the slot its placement hint names kLookupHintAhead keys before, so the cache misses
+  // of that many keys overlap. Each key's answer is linearisable on its own (exactly
   // as a Lookup at some instant during the call); the batch as a whole is not a snapshot.
   // Duplicates are allowed. Returns the number of hits. REQUIRES: out and found have room for
   // keys.size() elements (nothing is touched for an empty batch).
@@ -116,9 +122,13 @@ class BlockIndex {
   // first miss. Returns n, the number of leading keys found; out[0..n) hold their entries.
   // (Up to kLookupAhead keys past the first miss are prefetched, never probed.)
   size_t LookupPrefix(std::span<const Key> keys, IndexEntry* out) const;
-  // Pipeline distance of the batched lookups, in keys per stage: enough misses in flight to
-  // cover memory latency, few enough that prefetched lines are still cached when probed.
-  static constexpr size_t kLookupAhead = 12;
+  // Pipeline distances of the batched lookups, in keys: a key's home lines are prefetched
+  // kLookupAhead keys before it is probed, and its placement hint is read (from the home line,
+  // by then cached) and the hinted slot's lines prefetched kLookupHintAhead keys before. Enough
+  // misses in flight to cover memory latency, few enough that prefetched lines are still cached
+  // when probed.
+  static constexpr size_t kLookupAhead = 16;
+  static constexpr size_t kLookupHintAhead = 8;
 
   // Tombstones `key` if it is published and its entry belongs to scope (scope_id, scope_gen).
   // Returns true when this call removed it.
@@ -159,6 +169,11 @@ class BlockIndex {
   static IndexEntry ReadEntry(const Slot& s);
   // Lookup of a key whose Hash is `hash`.
   bool LookupHashed(const Key& key, uint64_t hash, IndexEntry* out) const;
+  // LookupHashed, trying the slot named by the home's placement hint first.
+  bool LookupHinted(const Key& key, uint64_t hash, IndexEntry* out) const;
+  // If slot `idx`, whose state word was `w` (PUBLISHED, the key's fingerprint), holds `key`:
+  // copies its entry, validates that the word is still `w`, and returns true.
+  bool CopyIfKey(size_t idx, uint64_t w, const Key& key, IndexEntry* out) const;
   // The pipeline behind LookupBatch and LookupPrefix: probes keys[i] into out[i] in order and
   // calls on_result(i, found), stopping early when that returns false. Returns the number of
   // keys probed.

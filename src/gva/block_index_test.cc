@@ -344,6 +344,49 @@ TEST(BlockIndex, LongChainsAreFoundByEveryLookupPath) {
   check_all("compacted");
 }
 
+// The batched lookups try the slot named by the home's placement hint before walking the chain.
+// Hints go stale when their key is erased and are overwritten by later keys of the same home;
+// answers must not change. A table at its load limit, where most homes hold several keys and
+// chains are long, is churned with erasures and new keys, and every batched answer (hits, erased
+// keys, never-inserted keys) must match Lookup's.
+TEST(BlockIndex, LookupBatchIsRightWhenPlacementHintsAreStaleOrOverwritten) {
+  BlockIndex index(4096);
+  const size_t max_live = static_cast<size_t>(BlockIndex::kMaxLoadFactor * 4096);
+  std::vector<Key> live, erased;
+  for (uint64_t i = 0; i < max_live; ++i) {
+    live.push_back(KeyFromId(i, 11));
+    ASSERT_EQ(Insert(index, live.back()), Outcome::kReserved);
+  }
+  std::vector<Key> kept;
+  for (size_t i = 0; i < live.size(); ++i) {
+    if (i % 3 == 0) {
+      ASSERT_TRUE(index.Erase(live[i], 1, 1));
+      erased.push_back(live[i]);
+    } else {
+      kept.push_back(live[i]);
+    }
+  }
+  // New keys take the tombstones and overwrite the hints of the homes they land in.
+  for (uint64_t i = 0; i < erased.size(); ++i) {
+    kept.push_back(KeyFromId(i, 12));
+    ASSERT_EQ(Insert(index, kept.back()), Outcome::kReserved);
+  }
+  std::vector<Key> queries = kept;
+  queries.insert(queries.end(), erased.begin(), erased.end());
+  for (uint64_t i = 0; i < 500; ++i) queries.push_back(KeyFromId(i, 13));
+  std::vector<IndexEntry> out(queries.size());
+  std::unique_ptr<bool[]> found(new bool[queries.size()]);
+  EXPECT_EQ(index.LookupBatch(queries, out.data(), found.get()), kept.size());
+  for (size_t i = 0; i < queries.size(); ++i) {
+    IndexEntry e;
+    ASSERT_EQ(found[i], index.Lookup(queries[i], &e)) << i;
+    ASSERT_EQ(found[i], i < kept.size()) << i;
+    if (found[i]) EXPECT_EQ(out[i], EntryFor(queries[i])) << i;
+  }
+  EXPECT_EQ(index.LookupPrefix(kept, out.data()), kept.size());
+  for (size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(out[i], EntryFor(kept[i])) << i;
+}
+
 // Readers batch-look-up keys that a writer keeps erasing and re-inserting with a new scope
 // generation: every answer is either a miss or the exact entry of one generation.
 TEST(BlockIndex, LookupBatchDuringConcurrentEraseSeesWholeEntriesOrMisses) {
