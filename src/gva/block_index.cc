@@ -70,14 +70,16 @@ constexpr uint64_t ClaimWord(uint64_t old, uint64_t fp_bits) {
 // The home line's `reach` word: bits [31:0] hold the reach bound, saturating at kReachUnbounded
 // (which means "no bound": probe to the first EMPTY); bits [63:32] hold four 8-bit placement
 // hints. Hint cell c of home h holds the probe distance (1..255) of the latest key of home h whose
-// fingerprint's low two bits are c, or 0. Hints are advisory: the batched lookup prefetches the
-// hinted slot's line before it probes, and nothing else reads them, so a stale or overwritten hint
-// costs a wasted prefetch, never a wrong answer.
+// fingerprint's low two bits are c, or 0 (none yet, or the key sits at home or more than 255
+// slots away). Hints are advisory: the batched lookups prefetch the hinted slot and try it first
+// (LookupHinted), accepting it only through the same checks the full probe makes, so a stale or
+// overwritten hint costs a wasted prefetch and a state load before the full probe, never a wrong
+// answer.
 constexpr uint64_t kReachBits = 0xFFFFFFFFull;
 constexpr uint64_t kReachUnbounded = kReachBits;
 constexpr int kHintShift = 32;
 constexpr uint64_t kMaxHint = 255;
-constexpr size_t kHintCell(uint64_t hash) { return (hash >> 48) & 3; }
+constexpr size_t HintCell(uint64_t hash) { return (hash >> 48) & 3; }
 // The probe bound a reach word allows, for a table of `slots` slots.
 constexpr uint64_t ReachBound(uint64_t word, uint64_t slots) {
   const uint64_t r = word & kReachBits;
@@ -86,7 +88,7 @@ constexpr uint64_t ReachBound(uint64_t word, uint64_t slots) {
 // The hinted probe distance for a key hashed to `hash` (0: none; the home line is prefetched
 // anyway).
 constexpr uint64_t HintedDistance(uint64_t word, uint64_t hash) {
-  return (word >> (kHintShift + 8 * kHintCell(hash))) & 0xFF;
+  return (word >> (kHintShift + 8 * HintCell(hash))) & 0xFF;
 }
 
 static_assert(ReachBound(7 | (uint64_t{0xAB} << kHintShift), 64) == 7, "hints are not the bound");
@@ -269,14 +271,16 @@ BlockIndex::ReserveOutcome BlockIndex::Reserve(const Key& key, Reservation* out)
     }
 
     // Raise the home's reach to cover our slot before the key can become visible to lookups
-    // (Publish's release CAS orders this store before it). A later Abort leaves it raised: the
-    // bound only needs to be an upper bound. The same update records our slot in the home's hint
-    // cell for our fingerprint.
+    // (Publish's release CAS orders this store before it; when the word already holds our bound
+    // and hint nothing is stored, and read-read coherence makes a lookup that sees our Publish
+    // read that word or a later one). A later Abort leaves it raised: the bound only needs to be
+    // an upper bound. The same update records our slot in the home's hint cell for our
+    // fingerprint.
     const size_t my_pos = (target - home) & mask_;
     {
       std::atomic<uint64_t>& reach = slots_[home].reach;
       const uint64_t need = std::min<uint64_t>(my_pos + 1, kReachUnbounded);
-      const int cell_shift = kHintShift + 8 * static_cast<int>(kHintCell(hash));
+      const int cell_shift = kHintShift + 8 * static_cast<int>(HintCell(hash));
       const uint64_t hint = my_pos <= kMaxHint ? my_pos : 0;
       uint64_t r = reach.load(std::memory_order_relaxed);
       for (;;) {

@@ -16,11 +16,13 @@
 //
 // Thread safety and progress:
 //  - Lookup, LookupBatch and LookupPrefix are wait-free: each key probes at most capacity()
-//    slots; they never wait and never write to shared memory (no counters, no state words). They
-//    use acquire loads only.
+//    slots (plus, in the batched ones, the hinted slot tried first); they never wait and never
+//    write to shared memory (no counters, no state words). They use acquire loads only.
 //  - Reserve/Publish/Abort/Erase never block and never take locks. Publish, Abort and Erase are
 //    a bounded number of steps; Reserve retries only when another Reserve of the same key or a
-//    concurrent claim of the same free slot changed the table under it (lock-free).
+//    concurrent claim of the same free slot changed the table under it, and its update of the
+//    home's reach word only when another Reserve of the same home changed that word
+//    (lock-free).
 //  - All methods may be called concurrently from any number of threads. Every field a concurrent
 //    reader touches is a std::atomic, so the table is free of data races by construction.
 //
@@ -150,6 +152,10 @@ class BlockIndex {
   // so probe chains stay short. Tombstones do not count (they are reused).
   static constexpr double kMaxLoadFactor = 0.92;
 
+  // 64-bit mix of the key: the low bits pick the home slot (hash & (capacity() - 1)), the top 16
+  // the fingerprint. Public so that tests can build keys that collide on purpose.
+  static uint64_t Hash(const Key& key);
+
  private:
   struct Slot;
   // Frees an array allocated by AllocateArray (the elements are trivially destructible).
@@ -159,8 +165,6 @@ class BlockIndex {
   // Raw, 64-byte aligned storage for `bytes` (2 MiB aligned and advised for huge pages when it is
   // at least 2 MiB). Throws std::bad_alloc like new when memory is exhausted.
   static void* AllocateArray(size_t bytes);
-  // 64-bit mix of the key: the low bits pick the home slot, the top 16 the fingerprint.
-  static uint64_t Hash(const Key& key);
   // Reads the key of slot `idx`; returns the state word re-read afterwards (the copy is valid
   // only if that word still has the version of the word read before).
   uint64_t ReadKey(size_t idx, Key* key) const;

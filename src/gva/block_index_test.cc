@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace flatcake {
@@ -385,6 +386,54 @@ TEST(BlockIndex, LookupBatchIsRightWhenPlacementHintsAreStaleOrOverwritten) {
   }
   EXPECT_EQ(index.LookupPrefix(kept, out.data()), kept.size());
   for (size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(out[i], EntryFor(kept[i])) << i;
+}
+
+// The hinted slot is accepted only if it holds the very key: a key that shares its home, hint
+// cell and whole 16-bit fingerprint with a published one (so the hint names that one's slot and
+// its state word matches) must miss, and the published one must hit.
+TEST(BlockIndex, LookupBatchDoesNotMistakeAKeyWithTheSameHomeAndFingerprint) {
+  BlockIndex index(1024);
+  const uint64_t mask = index.capacity() - 1;
+  auto place = [&](const Key& k) {
+    const uint64_t h = BlockIndex::Hash(k);
+    return (h & mask) | ((h >> 48) << 32);  // home and fingerprint
+  };
+  // Birthday search over 2^26 (home, fingerprint) pairs: about 2^14 keys give a collision.
+  std::unordered_map<uint64_t, Key> seen;
+  Key published{}, twin{};
+  bool found_pair = false;
+  for (uint64_t i = 0; i < (uint64_t{1} << 20) && !found_pair; ++i) {
+    const Key k = KeyFromId(i, 21);
+    auto [it, inserted] = seen.emplace(place(k), k);
+    if (!inserted) {
+      published = it->second;
+      twin = k;
+      found_pair = true;
+    }
+  }
+  ASSERT_TRUE(found_pair);
+  ASSERT_FALSE(published == twin);
+  // Neighbours first, so the published key lands away from home and its hint is non-zero.
+  const uint64_t home = BlockIndex::Hash(published) & mask;
+  size_t neighbours = 0;
+  for (uint64_t i = 0; neighbours < 3 && i < (uint64_t{1} << 20); ++i) {
+    const Key k = KeyFromId(i, 22);
+    if ((BlockIndex::Hash(k) & mask) == home) {
+      ASSERT_EQ(Insert(index, k), Outcome::kReserved);
+      ++neighbours;
+    }
+  }
+  ASSERT_EQ(neighbours, 3u);
+  ASSERT_EQ(Insert(index, published), Outcome::kReserved);
+  const Key batch[3] = {twin, published, twin};
+  IndexEntry out[3];
+  bool found[3];
+  EXPECT_EQ(index.LookupBatch(batch, out, found), 1u);
+  EXPECT_FALSE(found[0]);
+  EXPECT_TRUE(found[1]);
+  EXPECT_EQ(out[1], EntryFor(published));
+  EXPECT_FALSE(found[2]);
+  EXPECT_EQ(index.LookupPrefix(std::span<const Key>(batch, 1), out), 0u);
 }
 
 // Readers batch-look-up keys that a writer keeps erasing and re-inserting with a new scope
