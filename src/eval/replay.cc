@@ -603,7 +603,7 @@ std::vector<RequestHints> DeriveHints(const std::vector<trace::TraceRequest>& re
     const trace::TraceRequest& r = reqs[i];
     RequestHints& h = out[i];
     if (r.session_id >= 0) {
-      h.session = "s" + std::to_string(r.session_id);
+      h.session = std::string("s").append(std::to_string(r.session_id));
       auto it = last_of_session.find(r.session_id);
       h.turn = r.turn > 0 ? static_cast<uint32_t>(r.turn)
                           : (it == last_of_session.end() ? 1 : out[it->second].turn + 1);
@@ -626,7 +626,7 @@ std::vector<RequestHints> DeriveHints(const std::vector<trace::TraceRequest>& re
         continued = true;
       }
     }
-    if (!continued) h.session = "c" + std::to_string(next_session++);
+    if (!continued) h.session = std::string("c").append(std::to_string(next_session++));
     for (size_t p = 0; p < r.block_ids.size(); ++p) owner.try_emplace(r.block_ids[p], i, p);
   }
   return out;
