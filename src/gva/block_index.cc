@@ -417,13 +417,17 @@ bool BlockIndex::CopyIfKey(size_t idx, uint64_t w, const Key& key, IndexEntry* o
   return true;
 }
 
+inline size_t BlockIndex::HintedSlot(uint64_t hash) const {
+  const size_t home = static_cast<size_t>(hash) & mask_;
+  const uint64_t hints = slots_[home].reach.load(std::memory_order_relaxed);
+  return (home + HintedDistance(hints, hash)) & mask_;
+}
+
 // The hinted slot first: most hits are there, and then the chain is not walked. A key found there
 // with its word unchanged was published at that instant, which is all Lookup promises; anything
 // else (no hint, a stale one, a miss) takes the full probe.
 bool BlockIndex::LookupHinted(const Key& key, uint64_t hash, IndexEntry* out) const {
-  const size_t home = static_cast<size_t>(hash) & mask_;
-  const uint64_t hints = slots_[home].reach.load(std::memory_order_relaxed);
-  const size_t idx = (home + HintedDistance(hints, hash)) & mask_;
+  const size_t idx = HintedSlot(hash);
   const uint64_t w = states_[idx].load(kAcq);
   if ((w & (kFingerprintMask | kStateMask)) == (FingerprintBits(hash) | kPublished) &&
       CopyIfKey(idx, w, key, out)) {
@@ -472,10 +476,7 @@ size_t BlockIndex::LookupPipelined(std::span<const Key> keys, IndexEntry* out,
     // Key j - kHint: its home line has had time to arrive; prefetch the line of the slot its
     // hint names (the home line again when there is no hint), branch-free.
     if (j >= kHint && j - kHint < n) {
-      const uint64_t h = hashes[(j - kHint) % kRing];
-      const size_t home = static_cast<size_t>(h) & mask_;
-      const uint64_t word = slots_[home].reach.load(std::memory_order_relaxed);
-      const size_t idx = (home + HintedDistance(word, h)) & mask_;
+      const size_t idx = HintedSlot(hashes[(j - kHint) % kRing]);
       __builtin_prefetch(&slots_[idx]);
       __builtin_prefetch(&states_[idx]);
     }

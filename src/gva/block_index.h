@@ -173,6 +173,9 @@ class BlockIndex {
   static IndexEntry ReadEntry(const Slot& s);
   // Lookup of a key whose Hash is `hash`.
   bool LookupHashed(const Key& key, uint64_t hash, IndexEntry* out) const;
+  // The slot that the placement hint of the key hashed to `hash` names (its home when there is
+  // no hint). Only a guess: the slot may hold another key or none.
+  size_t HintedSlot(uint64_t hash) const;
   // LookupHashed, trying the slot named by the home's placement hint first.
   bool LookupHinted(const Key& key, uint64_t hash, IndexEntry* out) const;
   // If slot `idx`, whose state word was `w` (PUBLISHED, the key's fingerprint), holds `key`:
