@@ -495,11 +495,8 @@ int RestoreBench::Main() {
               std::to_string(phys >> 20) + " MiB"));
     }
   }
-  if (Status st = Setup(); !st.ok()) {
-    // A flag the store rejects (engine, queue depth, window) is still a bad argument.
-    if (st.code() == StatusCode::kInvalidArgument) return ReportArgError("bench restore", st);
-    return ReportStatus("bench restore", st);
-  }
+  // A flag the store rejects (engine, queue depth, window) is still a bad argument.
+  if (Status st = Setup(); !st.ok()) return ReportOpenError("bench restore", st);
   std::vector<Run> runs[kVariants];
   std::vector<double> flat_vs_raw, flat_vs_scattered, flat_vs_raw_slots, raw_slots_vs_raw;
   // raw / scattered bounds flat / scattered from above: flat reads the same bytes as raw and

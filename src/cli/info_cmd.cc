@@ -30,13 +30,7 @@ std::string Bytes(uint64_t b) {
 int RunInfo(InfoArgs& a) {
   if (int rc = ReportArgError("info", FinishStoreFlags(a.text, &a.options))) return rc;
   auto opened = Store::Open(a.options);
-  if (!opened.ok()) {
-    // Every option comes from a flag, so an option the store rejects is a command-line error.
-    if (opened.status().code() == StatusCode::kInvalidArgument) {
-      return ReportArgError("info", opened.status());
-    }
-    return ReportStatus("info", opened.status());
-  }
+  if (!opened.ok()) return ReportOpenError("info", opened.status());
   const Store& store = **opened;
   const StoreOptions& o = store.options();
   const StoreInfo info = store.GetInfo();

@@ -253,8 +253,9 @@ int RunReplayCommand(ReplayArgs& a) {
   if (!reqs.ok()) return ReportStatus("replay", reqs.status());
   if (a.qps.empty()) a.qps = {builtin ? kDefaultQps : 0.0};
   for (double q : a.qps) {
-    if (q < 0)
+    if (q < 0) {
       return ReportArgError("replay", Status::InvalidArgument("--qps values must be >= 0"));
+    }
   }
   std::unique_ptr<testing::TempDir> tmp;
   std::string base = a.dir;

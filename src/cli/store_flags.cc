@@ -88,4 +88,9 @@ int ReportArgError(std::string_view command, const Status& status) {
   return ReportStatus(command, status) == 0 ? 0 : 2;
 }
 
+int ReportOpenError(std::string_view command, const Status& status) {
+  return status.code() == StatusCode::kInvalidArgument ? ReportArgError(command, status)
+                                                       : ReportStatus(command, status);
+}
+
 }  // namespace flatcake::cli

@@ -25,5 +25,8 @@ int ReportStatus(std::string_view command, const Status& status);
 // The same for a bad command-line argument: returns 2, the exit status of every command-line
 // error (see main.cc).
 int ReportArgError(std::string_view command, const Status& status);
+// The same for a failure to open a store whose options all come from flags: an option the store
+// rejects (InvalidArgument) is a command-line error (2), anything else a failure (1).
+int ReportOpenError(std::string_view command, const Status& status);
 
 }  // namespace flatcake::cli
