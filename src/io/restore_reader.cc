@@ -91,6 +91,12 @@ RestoreStats RestoreHandle::stats() const {
   return s;
 }
 
+void RestoreHandle::ReadBack() {
+  // acq_rel: the thread that sees 0 in TakeBatch also sees the window space this read holds as
+  // accounted (it is released under the reader's lock, after this).
+  if (device_left_.fetch_sub(1, std::memory_order_acq_rel) == 1) reader_->IssueFreedSpace();
+}
+
 void RestoreHandle::OnIoComplete(uint64_t tag, const Status& status) {
   const auto idx = static_cast<uint32_t>(tag);
   ReadState& rs = reads_[idx];
@@ -104,9 +110,11 @@ void RestoreHandle::OnIoComplete(uint64_t tag, const Status& status) {
       if (--rs.ops_left > 0) return;
       combined = rs.op_error;
     }
+    ReadBack();
     CompleteRead(idx, combined);
     return;
   }
+  ReadBack();
   CompleteRead(idx, status);
 }
 
@@ -318,7 +326,11 @@ RestoreReader::~RestoreReader() {
 Result<std::shared_ptr<RestoreHandle>> RestoreReader::Start(std::span<const SliceRead> slices,
                                                             uint32_t num_layers,
                                                             LayerCallback on_layer,
-                                                            SliceCallback on_slice) {
+                                                            SliceCallback on_slice,
+                                                            std::shared_ptr<RestoreHandle> after) {
+  if (after != nullptr && after->reader_ != this) {
+    return Status::InvalidArgument("restore: `after` was started on another reader");
+  }
   uint32_t max_layer = 0;
   for (const auto& s : slices) max_layer = std::max(max_layer, s.layer);
   if (num_layers == 0) {
@@ -395,6 +407,8 @@ Result<std::shared_ptr<RestoreHandle>> RestoreReader::Start(std::span<const Slic
     return h;
   }
   h->reads_left_ = n;
+  h->device_left_.store(n, std::memory_order_relaxed);
+  h->after_ = std::move(after);
   h->keepalive_ = h;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -492,6 +506,13 @@ std::shared_ptr<RestoreHandle> RestoreReader::TakeBatch(std::vector<IoOp>* batch
   const size_t first_op = batch->size();
   std::shared_ptr<RestoreHandle> h = queue_.front();
   const CoalescePlan& p = h->plan_;
+  if (h->after_ != nullptr && !h->failed_.load(std::memory_order_relaxed)) {
+    if (h->after_->device_left_.load(std::memory_order_acquire) > 0) {
+      *window_full = true;  // the last read of `after_` to come back issues this one's
+      return h;
+    }
+    h->after_.reset();  // no longer needed; it may be freed once done
+  }
   while (h->next_issue_ < h->issue_order_.size()) {
     const uint32_t idx = h->issue_order_[h->next_issue_];
     if (h->failed_.load(std::memory_order_relaxed)) {
@@ -586,6 +607,7 @@ void RestoreReader::IssueLoop() {
         std::lock_guard<std::mutex> lock(h->mu_);
         first = h->first_error_;
       }
+      h->ReadBack();
       h->CompleteRead(idx, first.WithContext("not issued after an earlier error"));
     }
   }

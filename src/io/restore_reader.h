@@ -24,8 +24,12 @@
 // window is full the issuer waits for completions: backpressure delays, it never aborts a restore.
 //
 // Thread safety: Start may be called from any thread; concurrent restores share the window and are
-// issued in Start order. An internal thread issues a restore's first reads; after that, the engine
-// thread that lands a read and frees its window space submits the reads that now fit, so the
+// issued in Start order. A restore started `after` another issues nothing until every read of
+// that one has come back from the device, so a small restore queued ahead of a large one (a
+// session's first layer ahead of its other layers) has the device to itself: devices serve the
+// reads in flight side by side, and the small one's last read would otherwise return only as the
+// large one's first window does. An internal thread issues a restore's first reads; after that, the
+// engine thread that lands a read and frees its window space submits the reads that now fit, so the
 // device gets its next reads without a thread hand-off. Reads are taken in issue order (earliest
 // layer first), but batches taken by two threads at once may reach the engine in either order.
 // The engine's threads also run the scatter and the layer callbacks. Callbacks must not block on
@@ -130,6 +134,9 @@ class RestoreHandle : public IoCompletionSink {
 
   // Lands read `idx` (or accounts for its failure) and reports layers that became complete.
   void CompleteRead(uint32_t idx, const Status& status);
+  // Counts read `idx` as back from the device; the last one lets a restore waiting on this one
+  // issue. Called once per read, before CompleteRead.
+  void ReadBack();
   void ReportLayers();
 
   RestoreReader* const reader_;
@@ -145,6 +152,10 @@ class RestoreHandle : public IoCompletionSink {
   std::vector<uint32_t> issue_order_;  // read indices, earliest layer first
   size_t next_issue_ = 0;              // GUARDED_BY(reader_->mu_)
   std::atomic<bool> failed_{false};
+  // Reads not yet back from the device (landed, failed, or skipped after an error). A restore
+  // started after this one issues once it is 0.
+  std::atomic<size_t> device_left_{0};
+  std::shared_ptr<RestoreHandle> after_;  // GUARDED_BY(reader_->mu_); dropped once it issues
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -173,11 +184,14 @@ class RestoreReader {
 
   // Plans `slices` and queues the restore; returns at once. `num_layers` = 0 means "highest layer
   // + 1"; layers without slices complete immediately. The destinations must stay valid until the
-  // handle is done. Fails only on bad input (see PlanReads, and a layer >= num_layers).
+  // handle is done. Fails only on bad input (see PlanReads, and a layer >= num_layers). With
+  // `after` (a restore started earlier on this reader), this one's reads wait until every read of
+  // `after` is back from the device; restores started later wait behind this one as usual.
   Result<std::shared_ptr<RestoreHandle>> Start(std::span<const SliceRead> slices,
                                                uint32_t num_layers = 0,
                                                LayerCallback on_layer = nullptr,
-                                               SliceCallback on_slice = nullptr);
+                                               SliceCallback on_slice = nullptr,
+                                               std::shared_ptr<RestoreHandle> after = nullptr);
   // Start + Wait.
   Status Restore(std::span<const SliceRead> slices);
 
@@ -196,7 +210,8 @@ class RestoreReader {
   // Moves the front restore's next reads that fit the window into `*batch`, in issue order, and
   // returns that restore (null when none is queued). Reads of a failed restore go to `*skipped`;
   // with skipped == nullptr it stops there instead. *window_full tells whether it stopped for
-  // lack of window space. REQUIRES: mu_ held.
+  // lack of window space or because the restore waits for the one it was started after (either
+  // way a completion wakes it). REQUIRES: mu_ held.
   std::shared_ptr<RestoreHandle> TakeBatch(std::vector<IoOp>* batch, std::vector<uint32_t>* skipped,
                                            bool* window_full);
   // Called by the thread that just freed window space (an I/O worker, in Release): submits the

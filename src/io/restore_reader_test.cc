@@ -706,6 +706,90 @@ TEST_P(RestoreTest, CancelStopsIssuingAndWaitReturnsTheReason) {
   EXPECT_EQ((*h)->Wait().message(), st.message());
 }
 
+// Waits up to `seconds` for `h` to finish. A restore that never finishes would hang the reader's
+// destructor, so the test binary exits instead of hanging.
+void FinishWithin(const std::shared_ptr<RestoreHandle>& h, int seconds, const char* what) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread([h, done] {
+    (void)h->Wait();
+    done->store(true);
+  }).detach();
+  for (int i = 0; i < seconds * 100 && !done->load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!done->load()) {
+    ADD_FAILURE() << what << " never completed";
+    std::_Exit(1);
+  }
+}
+
+TEST_P(RestoreTest, ARestoreStartedAfterAnotherWaitsUntilItsReadsAreBack) {
+  // The window holds both restores, but the second, started after the first, issues nothing while
+  // the first's two reads are held in the engine; once they land, it goes out and completes.
+  const uint64_t piece = 64 << 10;
+  std::vector<uint8_t> dest;
+  auto slices = StagedPieces(&dest, piece, 6);
+  const std::vector<SliceRead> first(slices.begin(), slices.begin() + 2);
+  const std::vector<SliceRead> rest(slices.begin() + 2, slices.end());
+  HoldingEngine holding(*engine_);
+  auto made = RestoreReader::Create(holding, StagedOptions(piece, 16));
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  auto h1 = (*made)->Start(first);
+  ASSERT_TRUE(h1.ok());
+  auto h2 = (*made)->Start(rest, 0, nullptr, nullptr, *h1);
+  ASSERT_TRUE(h2.ok()) << h2.status().ToString();
+  for (int i = 0; i < 3000 && holding.submitted() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // Without the wait the issuer sends the second restore's reads within microseconds.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(holding.submitted(), 2u);
+  holding.Go();
+  FinishWithin(*h2, 10, "the restore started after another");
+  EXPECT_TRUE((*h1)->Wait().ok());
+  EXPECT_TRUE((*h2)->Wait().ok());
+  EXPECT_EQ(holding.submitted(), 6u);
+  EXPECT_EQ(Mismatches(slices), 0u);
+  EXPECT_EQ(CanariesOverwritten(dest, slices), 0u);
+}
+
+TEST_P(RestoreTest, ARestoreStartedAfterAFailedOneStillRuns) {
+  // The first restore's reads of file 0 all fail: with a window of one read, the first fails and
+  // the other three are never issued. Those count as back too, so the second restore, of file 1,
+  // still goes out (it is not cancelled: only the caller decides that) and lands every byte.
+  const uint64_t piece = 64 << 10;
+  FaultInjectionIoEngine fi(*engine_);
+  FaultSpec spec;
+  spec.file = 0;
+  fi.SetReadFault(spec);
+  auto made = RestoreReader::Create(fi, StagedOptions(piece, 1));
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  std::vector<uint8_t> dest0, dest1;
+  auto first = StagedPieces(&dest0, piece, 4);
+  auto rest = StagedPieces(&dest1, piece, 4);
+  for (auto& s : rest) s.file = 1;
+  auto h1 = (*made)->Start(first);
+  ASSERT_TRUE(h1.ok());
+  auto h2 = (*made)->Start(rest, 0, nullptr, nullptr, *h1);
+  ASSERT_TRUE(h2.ok()) << h2.status().ToString();
+  FinishWithin(*h2, 10, "the restore started after a failed one");
+  EXPECT_TRUE((*h1)->Wait().IsIOError());
+  EXPECT_TRUE((*h2)->Wait().ok()) << (*h2)->Wait().ToString();
+  EXPECT_EQ(Mismatches(rest), 0u);
+}
+
+TEST_P(RestoreTest, AfterMustBeARestoreOfTheSameReader) {
+  auto a = Reader(1 << 20);
+  auto b = Reader(1 << 20);
+  std::vector<uint8_t> dest;
+  auto slices = StagedPieces(&dest, 64 << 10, 2);
+  auto h = a->Start(slices);
+  ASSERT_TRUE(h.ok());
+  auto other = b->Start(slices, 0, nullptr, nullptr, *h);
+  EXPECT_TRUE(other.status().IsInvalidArgument()) << other.status().ToString();
+  EXPECT_TRUE((*h)->Wait().ok());
+}
+
 TEST_P(RestoreTest, StagedReadAsLargeAsTheWindowAfterASmallOne) {
   // The first restore leaves the staging ring's position at 16 KiB; the second needs the whole
   // 64 KiB window, which fits only if the emptied ring starts over at the window's start.
@@ -717,19 +801,8 @@ TEST_P(RestoreTest, StagedReadAsLargeAsTheWindowAfterASmallOne) {
   std::vector<SliceRead> whole{SliceRead{1, 64 << 10, 64 << 10, dest.data() + 1, 0}};
   auto h = reader->Start(whole);
   ASSERT_TRUE(h.ok());
-  // Before the fix this restore never finished; give it ample time, then fail without hanging.
-  auto done = std::make_shared<std::atomic<bool>>(false);
-  std::thread([h = *h, done] {
-    (void)h->Wait();
-    done->store(true);
-  }).detach();
-  for (int i = 0; i < 1000 && !done->load(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (!done->load()) {
-    ADD_FAILURE() << "a staged read as large as the window never completed";
-    std::_Exit(1);  // the reader's destructor would wait for it forever
-  }
+  // Before the fix this restore never finished.
+  FinishWithin(*h, 10, "a staged read as large as the window");
   EXPECT_TRUE((*h)->Wait().ok());
   EXPECT_EQ(Mismatches(whole), 0u);
   EXPECT_EQ(CanariesOverwritten(dest, whole), 0u);

@@ -189,8 +189,10 @@ namespace flatcake {
 // A large restore goes out as two: its first layer, then the rest. The first layer's plan is
 // small, so its reads start at once, and the reader issues them before any of the rest's, while
 // this thread is still planning the (much larger) rest; otherwise a long session's first layer
-// would wait for the whole session's plan. The layers are still reported in order: a layer of
-// the rest that completes before the first layer is held back until the first layer is reported.
+// would wait for the whole session's plan. The rest is started after the first layer: it issues
+// once the first layer's reads are back from the device, so they do not share it with a window of
+// later layers. The layers are still reported in order: a layer of the rest that completes before
+// the first layer is held back until the first layer is reported.
 Status FlatStore::ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout,
                           const std::function<void(uint32_t)>& on_layer, SliceCallback on_slice,
                           GetResult* result) {
@@ -246,7 +248,8 @@ Status FlatStore::ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout
   FC_ASSIGN_OR_RETURN(auto h1, restore_->Start(first, layout.num_layers, cb_first, on_slice));
   Status st;
   if (two) {
-    auto h2 = restore_->Start(rest, layout.num_layers, cb_rest, on_slice);
+    // The rest goes out while the first layer's bytes are being copied out.
+    auto h2 = restore_->Start(rest, layout.num_layers, cb_rest, on_slice, h1);
     if (!h2.ok()) {
       (void)h1->Wait();  // its callbacks use this frame
       return h2.status();
