@@ -57,7 +57,7 @@ struct RestoreArgs {
   std::string io_engine = "auto";
   uint32_t io_workers = 2;
   uint32_t queue_depth = 64;
-  uint64_t window = 64 * kMiB;
+  uint64_t window = 128 * kMiB;
   uint64_t max_io = 4 * kMiB;
   bool json = false;
   bool no_verify = false;

@@ -54,11 +54,11 @@
 namespace flatcake {
 
 struct RestoreOptions {
-  uint64_t window_bytes = 64ull << 20;  // staging window; also the in-flight byte budget
-  CoalesceOptions coalesce;             // max_io is lowered to the window when larger
-  bool register_window = true;          // offer the window to the engine as a fixed buffer
-  bool allow_direct = true;             // read into destinations when they line up
-  bool allow_vectored = true;           // one vectored read into several aligned destinations
+  uint64_t window_bytes = 128ull << 20;  // staging window; also the in-flight byte budget
+  CoalesceOptions coalesce;              // max_io is lowered to the window when larger
+  bool register_window = true;           // offer the window to the engine as a fixed buffer
+  bool allow_direct = true;              // read into destinations when they line up
+  bool allow_vectored = true;            // one vectored read into several aligned destinations
   // Alignment every iovec base and length of a vectored read must have: 4096 for O_DIRECT files
   // (the strictest logical block size in use), 1 where every file is buffered. Power of two.
   uint64_t vector_alignment = 4096;
