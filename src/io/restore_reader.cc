@@ -92,9 +92,10 @@ RestoreStats RestoreHandle::stats() const {
 }
 
 void RestoreHandle::ReadBack() {
-  // acq_rel: the thread that sees 0 in TakeBatch also sees the window space this read holds as
-  // accounted (it is released under the reader's lock, after this).
-  if (device_left_.fetch_sub(1, std::memory_order_acq_rel) == 1) reader_->IssueFreedSpace();
+  // Relaxed: the count orders nothing else (window space is accounted under the reader's lock).
+  // No wake-up here: CompleteRead, which always follows, releases the read's space and so issues
+  // what now fits, under the lock TakeBatch checks the count under, the waiting restore included.
+  device_left_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void RestoreHandle::OnIoComplete(uint64_t tag, const Status& status) {
@@ -506,12 +507,10 @@ std::shared_ptr<RestoreHandle> RestoreReader::TakeBatch(std::vector<IoOp>* batch
   const size_t first_op = batch->size();
   std::shared_ptr<RestoreHandle> h = queue_.front();
   const CoalescePlan& p = h->plan_;
-  if (h->after_ != nullptr && !h->failed_.load(std::memory_order_relaxed)) {
-    if (h->after_->device_left_.load(std::memory_order_acquire) > 0) {
-      *window_full = true;  // the last read of `after_` to come back issues this one's
-      return h;
-    }
-    h->after_.reset();  // no longer needed; it may be freed once done
+  if (h->after_ != nullptr && !h->failed_.load(std::memory_order_relaxed) &&
+      h->after_->device_left_.load(std::memory_order_relaxed) > 0) {
+    *window_full = true;  // the release of `after_`'s last read to come back issues this one
+    return h;
   }
   while (h->next_issue_ < h->issue_order_.size()) {
     const uint32_t idx = h->issue_order_[h->next_issue_];

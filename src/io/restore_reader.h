@@ -30,12 +30,13 @@
 // reads in flight side by side, and the small one's last read would otherwise return only as the
 // large one's first window does. An internal thread issues a restore's first reads; after that, the
 // engine thread that lands a read and frees its window space submits the reads that now fit, so the
-// device gets its next reads without a thread hand-off. Reads are taken in issue order (earliest
-// layer first), but batches taken by two threads at once may reach the engine in either order.
-// The engine's threads also run the scatter and the layer callbacks. Callbacks must not block on
-// later layers of the same restore, nor destroy the reader. A RestoreHandle may be waited on from
-// several threads. After the first error a restore issues nothing more: its remaining reads fail
-// with that error.
+// device gets its next reads without a thread hand-off. With an engine that completes inside Submit
+// (posix), those reads are read before the read that freed the space reports its layer. Reads are
+// taken in issue order (earliest layer first), but batches taken by two threads at once may reach
+// the engine in either order. The engine's threads also run the scatter and the layer callbacks.
+// Callbacks must not block on later layers of the same restore, nor destroy the reader. A
+// RestoreHandle may be waited on from several threads. After the first error a restore issues
+// nothing more: its remaining reads fail with that error.
 #pragma once
 
 #include <atomic>
@@ -134,8 +135,8 @@ class RestoreHandle : public IoCompletionSink {
 
   // Lands read `idx` (or accounts for its failure) and reports layers that became complete.
   void CompleteRead(uint32_t idx, const Status& status);
-  // Counts read `idx` as back from the device; the last one lets a restore waiting on this one
-  // issue. Called once per read, before CompleteRead.
+  // Counts a read as back from the device. Called once per read, just before CompleteRead, whose
+  // release of the read's space issues a restore waiting on this one once the count is 0.
   void ReadBack();
   void ReportLayers();
 
@@ -155,7 +156,9 @@ class RestoreHandle : public IoCompletionSink {
   // Reads not yet back from the device (landed, failed, or skipped after an error). A restore
   // started after this one issues once it is 0.
   std::atomic<size_t> device_left_{0};
-  std::shared_ptr<RestoreHandle> after_;  // GUARDED_BY(reader_->mu_); dropped once it issues
+  // Fixed once Start returns; held until this handle is destroyed, so that `after`'s callbacks
+  // are never destroyed under the reader's lock.
+  std::shared_ptr<RestoreHandle> after_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
