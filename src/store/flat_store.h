@@ -103,10 +103,13 @@ class FlatStore final : public Store {
   uint64_t Used(MediaType m) const;
 
   // --- read path (flat_store_read.cc) ---
-  // Restores `slices`; `on_layer(l)` runs once per layer, in order, when layer l has landed.
-  // `on_slice` (may be null) runs once per slice read, on an I/O worker (see SliceCallback).
-  // Reorders `slices` (the first layer's first).
-  Status ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout,
+  // Appends the slice reads of layers [first, last) of every SSD block of a Get to `*out`.
+  using SliceSource =
+      std::function<void(uint32_t first, uint32_t last, std::vector<SliceRead>* out)>;
+  // Restores `blocks` SSD blocks whose slices `source` builds; `on_layer(l)` runs once per layer,
+  // in order, when layer l has landed. `on_slice` (may be null) runs once per slice read, on an
+  // I/O worker (see SliceCallback).
+  Status ReadSsd(size_t blocks, const SliceSource& source, const KvLayout& layout,
                  const std::function<void(uint32_t)>& on_layer, SliceCallback on_slice,
                  GetResult* result);
 

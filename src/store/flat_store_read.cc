@@ -75,16 +75,15 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
   }
   index_lock.unlock();  // pinned scopes stay valid without the index
 
-  // 2. DRAM blocks are copied at once; SSD slices are collected for the restore.
-  std::vector<SliceRead> ssd;
-  const auto ssd_blocks =
-      std::count_if(hits.begin(), hits.end(), [](const Hit& h) { return GvaIsSsd(h.e.gva); });
-  ssd.reserve(ssd_blocks * layout.num_layers * layout.num_planes);
+  // 2. DRAM blocks are copied at once; SSD blocks are restored, their slices built a few layers at
+  //    a time by ReadSsd (a long session has hundreds of thousands: its first reads go out once
+  //    the first layer's are built).
   const uint64_t sb = layout.slice_bytes;
   const uint64_t fb = ssd_ ? ssd_->file_bytes() : 1;
   // SSD blocks are verified slice by slice as the slices land (the I/O worker hashes each one
   // right after landing it, see util/checksum.h); DRAM blocks right after their copy.
   std::vector<uint32_t> ssd_hits;  // indices into `hits`
+  std::vector<uint64_t> ssd_base;  // their decoded offsets
   for (uint32_t i = 0; i < hits.size(); ++i) {
     Hit& h = hits[i];
     auto decoded = gva_space_.Decode(h.e.gva, sb);
@@ -92,28 +91,38 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
       h.valid = false;
       continue;
     }
+    if (GvaIsSsd(h.e.gva)) {
+      ssd_hits.push_back(i);
+      ssd_base.push_back(decoded->offset);
+      continue;
+    }
     const uint64_t plane_stride = h.e.layer_stride / layout.num_planes;
-    const uint64_t base = decoded->offset;
-    if (GvaIsSsd(h.e.gva)) ssd_hits.push_back(i);
     for (uint32_t l = 0; l < layout.num_layers; ++l) {
       for (uint32_t p = 0; p < layout.num_planes; ++p) {
-        const uint64_t off = base + l * h.e.layer_stride + p * plane_stride;
-        uint8_t* out = SliceAddress(dst, layout, h.key, l, p);
-        if (GvaIsDram(h.e.gva)) {
-          std::memcpy(out, dram_->base() + off, sb);
-        } else {
+        const uint64_t off = decoded->offset + l * h.e.layer_stride + p * plane_stride;
+        std::memcpy(SliceAddress(dst, layout, h.key, l, p), dram_->base() + off, sb);
+      }
+    }
+    if (options_.verify_checksums) h.checksum = BlockChecksum(dst, layout, h.key);
+  }
+  const SliceSource ssd_slices = [&](uint32_t first, uint32_t last, std::vector<SliceRead>* out) {
+    const uint32_t planes = layout.num_planes;
+    out->reserve(out->size() + ssd_hits.size() * (last - first) * planes);
+    for (uint32_t j = 0; j < ssd_hits.size(); ++j) {
+      const Hit& h = hits[ssd_hits[j]];
+      const uint64_t plane_stride = h.e.layer_stride / planes;
+      for (uint32_t l = first; l < last; ++l) {
+        for (uint32_t p = 0; p < planes; ++p) {
+          const uint64_t off = ssd_base[j] + l * h.e.layer_stride + p * plane_stride;
           // tag: which SSD block (index into ssd_hits) and plane, for the slice hash.
-          const auto tag = static_cast<uint32_t>((ssd_hits.size() - 1) * layout.num_planes + p);
-          ssd.push_back(SliceRead{static_cast<uint32_t>(off / fb), off % fb, sb, out, l, tag});
+          out->push_back(SliceRead{static_cast<uint32_t>(off / fb), off % fb, sb,
+                                   SliceAddress(dst, layout, h.key, l, p), l, j * planes + p});
         }
       }
     }
-    if (GvaIsDram(h.e.gva) && options_.verify_checksums) {
-      h.checksum = BlockChecksum(dst, layout, h.key);
-    }
-  }
+  };
   Status st;
-  if (!ssd.empty()) {
+  if (!ssd_hits.empty()) {
     std::unique_ptr<std::atomic<uint64_t>[]> sums;
     SliceCallback on_slice;
     if (options_.verify_checksums) {
@@ -129,7 +138,7 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
     auto on_layer = [&](uint32_t l) {
       if (options.on_layer) options.on_layer(l);
     };
-    st = ReadSsd(ssd, layout, on_layer, std::move(on_slice), &result);
+    st = ReadSsd(ssd_hits.size(), ssd_slices, layout, on_layer, std::move(on_slice), &result);
     // Wait() returned: every slice callback has run, and its sum is visible (the handle's
     // completion is synchronised with Wait).
     if (sums && st.ok()) {
@@ -186,23 +195,21 @@ namespace flatcake {
 // SSD slices go through the restore pipeline: coalesced, layer-ordered reads in a bounded staging
 // window, with per-layer completion forwarded to the caller.
 //
-// A large restore goes out as two: its first layer, then the rest. The first layer's plan is
-// small, so its reads start at once, and the reader issues them before any of the rest's, while
-// this thread is still planning the (much larger) rest; otherwise a long session's first layer
-// would wait for the whole session's plan. The rest is started after the first layer: it issues
+// A large restore goes out as two: its first layer, then the rest. The first layer's slices and
+// plan are small, so its reads start at once, and the reader issues them before any of the rest's,
+// while this thread is still building and planning the (much larger) rest; otherwise a long
+// session's first layer would wait for the whole session's plan. The rest is started after the
+// first layer: it issues
 // once the first layer's reads are back from the device, so they do not share it with a window of
 // later layers. The layers are still reported in order: a layer of the rest that completes before
 // the first layer is held back until the first layer is reported.
-Status FlatStore::ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout,
+Status FlatStore::ReadSsd(size_t blocks, const SliceSource& source, const KvLayout& layout,
                           const std::function<void(uint32_t)>& on_layer, SliceCallback on_slice,
                           GetResult* result) {
-  auto split = slices.end();
-  if (layout.num_layers > 1 && slices.size() >= kSplitRestoreSlices) {
-    split = std::partition(slices.begin(), slices.end(),
-                           [](const SliceRead& s) { return s.layer == 0; });
-    if (split == slices.begin()) split = slices.end();  // no first layer: one restore
-  }
-  const std::span<const SliceRead> first(slices.begin(), split), rest(split, slices.end());
+  const uint64_t total = uint64_t{blocks} * layout.num_layers * layout.num_planes;
+  const bool split = layout.num_layers > 1 && total >= kSplitRestoreSlices;
+  std::vector<SliceRead> first, rest;  // rest: built once the first restore is on its way
+  source(0, split ? 1 : layout.num_layers, &first);
 
   // Layer reports of the two restores, merged into one ordered stream; and a failed first layer
   // cancels the rest (one restore stops issuing after its first error, and so do the two).
@@ -213,7 +220,7 @@ Status FlatStore::ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout
     Status first_failed;          // layer 0's error
     RestoreHandle* rest = nullptr;
   } gate;
-  const bool two = !rest.empty() && !first.empty();
+  const bool two = split;
   LayerCallback cb_first = [&](uint32_t layer, const Status& st) {
     if (!two) {
       if (st.ok()) on_layer(layer);
@@ -248,7 +255,9 @@ Status FlatStore::ReadSsd(std::vector<SliceRead>& slices, const KvLayout& layout
   FC_ASSIGN_OR_RETURN(auto h1, restore_->Start(first, layout.num_layers, cb_first, on_slice));
   Status st;
   if (two) {
-    // The rest goes out while the first layer's bytes are being copied out.
+    // The first layer is on its way: build the rest. It goes out once the first layer's reads are
+    // back, while their bytes are being copied out.
+    source(1, layout.num_layers, &rest);
     auto h2 = restore_->Start(rest, layout.num_layers, cb_rest, on_slice, h1);
     if (!h2.ok()) {
       (void)h1->Wait();  // its callbacks use this frame
