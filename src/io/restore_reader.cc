@@ -95,6 +95,8 @@ void RestoreHandle::ReadBack() {
   // Relaxed: the count orders nothing else (window space is accounted under the reader's lock).
   // No wake-up here: CompleteRead, which always follows, releases the read's space and so issues
   // what now fits, under the lock TakeBatch checks the count under, the waiting restore included.
+  // (A read skipped after an error held no space; the issuer thread that skipped it takes the
+  // next batch itself.)
   device_left_.fetch_sub(1, std::memory_order_relaxed);
 }
 

@@ -75,9 +75,9 @@ Result<GetResult> FlatStore::Get(std::span<const Key> keys, const KvLayout& layo
   }
   index_lock.unlock();  // pinned scopes stay valid without the index
 
-  // 2. DRAM blocks are copied at once; SSD blocks are restored, their slices built a few layers at
-  //    a time by ReadSsd (a long session has hundreds of thousands: its first reads go out once
-  //    the first layer's are built).
+  // 2. DRAM blocks are copied at once; SSD blocks are restored by ReadSsd, which builds their
+  //    slices (a long session has hundreds of thousands) the first layer's first, so that its
+  //    reads go out before the other layers' slices are built.
   const uint64_t sb = layout.slice_bytes;
   const uint64_t fb = ssd_ ? ssd_->file_bytes() : 1;
   // SSD blocks are verified slice by slice as the slices land (the I/O worker hashes each one
@@ -199,10 +199,9 @@ namespace flatcake {
 // plan are small, so its reads start at once, and the reader issues them before any of the rest's,
 // while this thread is still building and planning the (much larger) rest; otherwise a long
 // session's first layer would wait for the whole session's plan. The rest is started after the
-// first layer: it issues
-// once the first layer's reads are back from the device, so they do not share it with a window of
-// later layers. The layers are still reported in order: a layer of the rest that completes before
-// the first layer is held back until the first layer is reported.
+// first layer: it issues once the first layer's reads are back from the device, so they do not
+// share it with a window of later layers. The layers are still reported in order: a layer of the
+// rest that completes before the first layer is held back until the first layer is reported.
 Status FlatStore::ReadSsd(size_t blocks, const SliceSource& source, const KvLayout& layout,
                           const std::function<void(uint32_t)>& on_layer, SliceCallback on_slice,
                           GetResult* result) {
@@ -220,9 +219,8 @@ Status FlatStore::ReadSsd(size_t blocks, const SliceSource& source, const KvLayo
     Status first_failed;          // layer 0's error
     RestoreHandle* rest = nullptr;
   } gate;
-  const bool two = split;
   LayerCallback cb_first = [&](uint32_t layer, const Status& st) {
-    if (!two) {
+    if (!split) {
       if (st.ok()) on_layer(layer);
       return;
     }
@@ -254,7 +252,7 @@ Status FlatStore::ReadSsd(size_t blocks, const SliceSource& source, const KvLayo
   };
   FC_ASSIGN_OR_RETURN(auto h1, restore_->Start(first, layout.num_layers, cb_first, on_slice));
   Status st;
-  if (two) {
+  if (split) {
     // The first layer is on its way: build the rest. It goes out once the first layer's reads are
     // back, while their bytes are being copied out.
     source(1, layout.num_layers, &rest);
