@@ -62,6 +62,11 @@ constexpr uint64_t FingerprintBits(uint64_t hash) { return (hash >> 48) << kFing
 constexpr bool FingerprintIs(uint64_t word, uint64_t fp_bits) {
   return (word & kFingerprintMask) == fp_bits;
 }
+// Whether `word` is a PUBLISHED slot with the fingerprint of `hash`: the slots whose key a lookup
+// (or Erase) compares with its own.
+constexpr bool PublishedWithFingerprint(uint64_t word, uint64_t hash) {
+  return (word & (kFingerprintMask | kStateMask)) == (FingerprintBits(hash) | kPublished);
+}
 // The word of a slot claimed from `old` for a key whose fingerprint bits are `fp_bits`.
 constexpr uint64_t ClaimWord(uint64_t old, uint64_t fp_bits) {
   return (((old >> kVersionShift) + 1) << kVersionShift) | fp_bits | kClaimed;
@@ -369,8 +374,6 @@ bool BlockIndex::Lookup(const Key& key, IndexEntry* out) const {
 // EMPTY bit masks) measured slower both in cache (more work per hit) and out of it, because the
 // key/entry load then depends on the computed mask instead of being issued speculatively.
 bool BlockIndex::LookupHashed(const Key& key, uint64_t hash, IndexEntry* out) const {
-  const uint64_t want = FingerprintBits(hash) | kPublished;
-  const uint64_t want_mask = kFingerprintMask | kStateMask;
   const size_t home = static_cast<size_t>(hash) & mask_;
   size_t idx = home;
   size_t bound = mask_ + 1;
@@ -386,7 +389,7 @@ bool BlockIndex::LookupHashed(const Key& key, uint64_t hash, IndexEntry* out) co
     }
     const uint64_t w = states_[idx].load(kAcq);
     if (StateOf(w) == kEmpty) return false;
-    if ((w & want_mask) != want) continue;
+    if (!PublishedWithFingerprint(w, hash)) continue;
     if (CopyIfKey(idx, w, key, out)) return true;
   }
   return false;
@@ -429,8 +432,7 @@ inline size_t BlockIndex::HintedSlot(uint64_t hash) const {
 bool BlockIndex::LookupHinted(const Key& key, uint64_t hash, IndexEntry* out) const {
   const size_t idx = HintedSlot(hash);
   const uint64_t w = states_[idx].load(kAcq);
-  if ((w & (kFingerprintMask | kStateMask)) == (FingerprintBits(hash) | kPublished) &&
-      CopyIfKey(idx, w, key, out)) {
+  if (PublishedWithFingerprint(w, hash) && CopyIfKey(idx, w, key, out)) {
     return true;
   }
   return LookupHashed(key, hash, out);
@@ -511,13 +513,11 @@ size_t BlockIndex::LookupPrefix(std::span<const Key> keys, IndexEntry* out) cons
 bool BlockIndex::Erase(const Key& key, uint32_t scope_id, uint32_t scope_gen) {
   const uint64_t want_scope = uint64_t{scope_id} | (uint64_t{scope_gen} << 32);
   const uint64_t hash = Hash(key);
-  const uint64_t want = FingerprintBits(hash) | kPublished;
-  const uint64_t want_mask = kFingerprintMask | kStateMask;
   size_t idx = static_cast<size_t>(hash) & mask_;
   for (size_t n = 0; n <= mask_; ++n, idx = (idx + 1) & mask_) {
     uint64_t w = states_[idx].load(kAcq);
     if (StateOf(w) == kEmpty) return false;
-    if ((w & want_mask) != want) continue;
+    if (!PublishedWithFingerprint(w, hash)) continue;
     const Slot& s = slots_[idx];
     if (s.key_hi.load(kAcq) != key.hi || s.key_lo.load(kAcq) != key.lo) continue;
     uint64_t scope = s.scope.load(kAcq);
