@@ -477,16 +477,24 @@ TEST_P(RestoreTest, MixedAlignedAndUnalignedDestinationsFallBack) {
   EXPECT_EQ(st.bytes_gap, 15 * 4096 + 15 * 100u);
 }
 
-TEST_P(RestoreTest, ContinuingDestinationsShareOneIovec) {
-  // 16 slices whose destinations come in pairs that continue each other, the pairs in reversed
-  // order: 8 iovecs, so a cap of 4 per op makes 2 ops (16 entries would make 4).
-  const uint64_t slice = 16384;
-  auto dest = AllocAligned(16 * slice);
+// 16 slices of 16 KiB from the start of file 0 whose destinations in `dest` (16 slices long,
+// aligned) come in pairs that continue each other, the pairs in reversed order: a vectored read
+// of them has 8 iovecs.
+constexpr uint64_t kPairSlice = 16 << 10;
+std::vector<SliceRead> ReversedPairs(uint8_t* dest) {
   std::vector<SliceRead> slices;
   for (uint64_t i = 0; i < 16; ++i) {
     const uint64_t pair = 7 - i / 2;
-    slices.push_back(SliceRead{0, i * slice, slice, dest.get() + (pair * 2 + i % 2) * slice, 0});
+    slices.push_back(
+        SliceRead{0, i * kPairSlice, kPairSlice, dest + (pair * 2 + i % 2) * kPairSlice, 0});
   }
+  return slices;
+}
+
+TEST_P(RestoreTest, ContinuingDestinationsShareOneIovec) {
+  // 8 iovecs, so a cap of 4 per op makes 2 ops (16 entries would make 4).
+  auto dest = AllocAligned(16 * kPairSlice);
+  auto slices = ReversedPairs(dest.get());
   RestoreOptions o;
   o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = 1 << 20;
@@ -745,7 +753,9 @@ void SettleAt(HoldingEngine& engine, size_t n) {
 
 // Six staged 64 KiB pieces of file 0: the first two as one restore, the other four as a second
 // started after it, through a window that holds all six and an engine that holds reads until Go().
-// Members are destroyed in reverse order: the handles, then the reader, then the engine.
+// StartAndSettle returns once the first's two reads reached the engine and the issuer had time to
+// send more (which it must not). Members are destroyed in reverse order: the handles, then the
+// reader, then the engine.
 struct TwoRestores {
   std::vector<uint8_t> dest;
   std::vector<SliceRead> slices;
@@ -753,7 +763,7 @@ struct TwoRestores {
   std::unique_ptr<RestoreReader> reader;
   std::shared_ptr<RestoreHandle> h1, h2;  // h2 stays null if anything failed
 
-  void Start(IoEngine& base) {
+  void StartAndSettle(IoEngine& base) {
     const uint64_t piece = 64 << 10;
     slices = StagedPieces(&dest, piece, 6);
     holding = std::make_unique<HoldingEngine>(base);
@@ -766,6 +776,7 @@ struct TwoRestores {
     auto rest = reader->Start(std::span(slices).subspan(2), 0, nullptr, nullptr, h1);
     ASSERT_TRUE(rest.ok()) << rest.status().ToString();
     h2 = *rest;
+    SettleAt(*holding, 2);
   }
 };
 
@@ -773,10 +784,8 @@ TEST_P(RestoreTest, ARestoreStartedAfterAnotherWaitsUntilItsReadsAreBack) {
   // The window holds both restores, but the second, started after the first, issues nothing while
   // the first's two reads are held in the engine; once they land, it goes out and completes.
   TwoRestores t;
-  t.Start(*engine_);
+  t.StartAndSettle(*engine_);  // without the wait, the second's reads go out within microseconds
   ASSERT_TRUE(t.h2 != nullptr);
-  // Without the wait the issuer sends the second restore's reads within microseconds.
-  SettleAt(*t.holding, 2);
   EXPECT_EQ(t.holding->submitted(), 2u);
   t.holding->Go();
   FinishWithin(t.h2, 10, "the restore started after another");
@@ -816,9 +825,8 @@ TEST_P(RestoreTest, ACancelledRestoreWaitingOnAnotherFinishesWithoutIt) {
   // The second restore is cancelled while the first one's reads are held: it fails at once with
   // the reason, issues nothing, and the first one still lands.
   TwoRestores t;
-  t.Start(*engine_);
+  t.StartAndSettle(*engine_);
   ASSERT_TRUE(t.h2 != nullptr);
-  SettleAt(*t.holding, 2);
   ASSERT_EQ(t.holding->submitted(), 2u);
   t.h2->Cancel(Status::Aborted("prefix no longer wanted"));
   FinishWithin(t.h2, 10, "a cancelled restore waiting on another");
@@ -849,15 +857,10 @@ TEST_P(RestoreTest, ARestoreAfterAnEmptyOrFinishedOneRunsAtOnce) {
 }
 
 TEST_P(RestoreTest, ARestoreAfterASplitVectoredReadWaitsForEveryOp) {
-  // The first restore is one vectored read of 16 slices in 2 ops (8 iovecs each, pairs of slices
-  // in reverse order in the destination); the second waits until both ops are back.
-  const uint64_t slice = 16 << 10;
-  auto dest = AllocAligned(16 * slice);
-  std::vector<SliceRead> first;
-  for (uint64_t i = 0; i < 16; ++i) {
-    const uint64_t pair = 7 - i / 2;
-    first.push_back(SliceRead{0, i * slice, slice, dest.get() + (pair * 2 + i % 2) * slice, 0});
-  }
+  // The first restore is one vectored read of 16 slices, 8 iovecs in 2 ops of 4; the second
+  // waits until both ops are back.
+  auto dest = AllocAligned(16 * kPairSlice);
+  auto first = ReversedPairs(dest.get());
   RestoreOptions o;
   o.min_vector_entry_bytes = 0;
   o.window_bytes = 4 << 20;
