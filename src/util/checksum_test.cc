@@ -1,6 +1,7 @@
 #include "util/checksum.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
@@ -65,6 +66,25 @@ TEST(Checksum, AChangedByteOrSwappedSlicesChangeIt) {
   const uint64_t s = kLayout.slice_bytes;
   std::swap_ranges(&b.contiguous[2 * s], &b.contiguous[3 * s], &b.contiguous[4 * s]);
   EXPECT_NE(BlockChecksum(b.c(), kLayout, 0), want);
+}
+
+// Checksums are stored with every block, so the hash must stay XXH3-64 whichever vector unit the
+// build or the CPU picks: compare against the library's plain entry point at every length class
+// XXH3 treats apart (0-16, 17-128, 129-240, longer), at odd start addresses and several seeds.
+TEST(Checksum, SliceChecksumIsSeededXxh3) {
+  std::vector<uint8_t> bytes(3 * 16384 + 7);
+  std::mt19937_64 rng(9);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  for (uint64_t len : {0, 1, 3, 8, 16, 17, 100, 128, 129, 200, 240, 241, 1000, 4096, 16384,
+                       16384 + 5, 2 * 16384}) {
+    for (uint64_t start : {0, 1, 7}) {
+      for (uint32_t position : {0u, 1u, 63u}) {
+        EXPECT_EQ(SliceChecksum(&bytes[start], len, position),
+                  XXH3_64bits_withSeed(&bytes[start], len, position))
+            << "len " << len << " start " << start << " position " << position;
+      }
+    }
+  }
 }
 
 }  // namespace
