@@ -4,7 +4,7 @@
 
 // The library's runtime-dispatched XXH3 picks the widest vector unit the CPU has (AVX2 or
 // AVX-512 on x86-64) and returns the same values as the plain entry point, which is built for
-// SSE2 only: hash plus 16 KiB copy ran at 10-11 GB/s through the dispatched one against 3.2
+// SSE2 only: over 16 KiB slices, 22.8-23.5 GB/s through the dispatched one against 12.7-13.9
 // through the plain one on this project's machines.
 //
 // The dispatched code returns with the upper halves of the vector registers dirty, and until a
