@@ -46,7 +46,8 @@ def test_bench_restore_json_fields_and_every_byte_verified(tmp_path):
     j = last_json(p)
     for field in ("raw_seq_gbps", "flat_gbps", "scattered_gbps", "flat_vs_raw",
                   "flat_vs_scattered", "raw_vs_scattered", "first_layer_ms_flat",
-                  "first_layer_ms_scattered", "first_layer_ms_scattered_object"):
+                  "first_layer_ms_scattered", "first_layer_ms_scattered_object",
+                  "raw_window_gbps", "flat_vs_raw_window", "raw_window_vs_raw"):
         assert isinstance(j[field], float) and j[field] > 0, field
     # 64 MiB of 1 MiB blocks (32 layers x 2 planes x 16 KiB).
     assert j["blocks"] == 64 and j["block_bytes"] == 1 << 20
@@ -62,6 +63,11 @@ def test_bench_restore_json_fields_and_every_byte_verified(tmp_path):
     assert j["raw_vs_scattered"] == pytest.approx(
         j["raw_seq_gbps"] / j["scattered_gbps"], rel=1e-9)
     assert "raw / scattered = " in p.stdout
+    # raw-window reads raw's bytes with the window (default 128 MiB) as its in-flight budget.
+    assert j["window_bytes"] == 128 << 20
+    assert j["flat_vs_raw_window"] == pytest.approx(
+        j["flat_gbps"] / j["raw_window_gbps"], rel=1e-9)
+    assert "flat / raw-window = " in p.stdout
 
 
 def test_bench_restore_subset_reports_missing_figures_as_null(tmp_path):
@@ -69,7 +75,8 @@ def test_bench_restore_subset_reports_missing_figures_as_null(tmp_path):
             "--variants", "flat", "--dir", str(tmp_path), "--json")
     j = last_json(p)
     assert j["flat_gbps"] > 0
-    for field in ("raw_seq_gbps", "flat_vs_raw", "flat_vs_scattered", "raw_vs_scattered"):
+    for field in ("raw_seq_gbps", "flat_vs_raw", "flat_vs_scattered", "raw_vs_scattered",
+                  "raw_window_gbps", "flat_vs_raw_window"):
         assert j[field] is None, field
     assert "n/a" in p.stdout
 

@@ -14,7 +14,11 @@
 //    destination slots (no store, no planning, no checksums): the disk's limit for a restore that
 //    must land in block-contiguous slots. It assumes the store put the segments back to back in
 //    layer-major order; its mismatches are counted apart (they would mean the layout assumption
-//    broke, not that a restore did).
+//    broke, not that a restore did);
+//  - raw-window: raw's reads with at most --window bytes in flight, the budget the flat restore
+//    reads under (its staging window): the disk's limit at that budget. flat / raw-window is the
+//    cost of the store's restore path itself, raw-window / raw the cost of bounding the bytes in
+//    flight (on a disk whose rate grows with the bytes in flight).
 // All variants use the same engine kind. Repetitions alternate the order and the table reports
 // medians; ratios are taken within each repetition. --variants runs a subset (for profiling).
 #include <fcntl.h>
@@ -62,7 +66,7 @@ struct RestoreArgs {
   bool json = false;
   bool no_verify = false;
   std::string dest_pages = "thp";
-  std::string variants = "raw-seq,flat,scattered,scattered-object,raw-slots";
+  std::string variants = "raw-seq,flat,scattered,scattered-object,raw-slots,raw-window";
 };
 
 // The size flags, which take units and so are checked here rather than by CLI11 (the counts carry
@@ -170,11 +174,14 @@ class RestoreBench {
  private:
   Status Setup();
   Status WriteEvictionOrdered();
-  Result<Run> Raw();
+  // The flat copy's bytes into one buffer; with `budget` > 0, at most that many bytes in flight.
+  Result<Run> Raw(uint64_t budget);
   Result<Run> RawSlots();
   // Reads the first `total` pool bytes in max-I/O sequential pieces, file by file, timed;
-  // `target` points each op at its destination (op.len and file offset already set).
-  Result<Run> SequentialReads(uint64_t total, const std::function<void(IoOp&, uint64_t)>& target);
+  // `target` points each op at its destination (op.len and file offset already set). `budget` >
+  // 0 bounds the bytes in flight (ExecuteSyncBounded); 0 submits every read at once.
+  Result<Run> SequentialReads(uint64_t total, const std::function<void(IoOp&, uint64_t)>& target,
+                              uint64_t budget = 0);
   Result<Run> Flat();
   Result<Run> Scattered(bool by_object);
   void Verify(uint64_t* mismatches);
@@ -323,7 +330,7 @@ void RestoreBench::Verify(uint64_t* mismatches) {
   std::memset(dst_->data(), 0, dst_->bytes);
 }
 
-Result<Run> RestoreBench::Raw() {
+Result<Run> RestoreBench::Raw(uint64_t budget) {
   // The flat copy's bytes, read file after file in max-I/O sequential pieces straight into an
   // aligned buffer (no scatter: this is the disk's limit, not a restore).
   const StoreStats st = store_->GetStats();
@@ -333,11 +340,13 @@ Result<Run> RestoreBench::Raw() {
     if (!raw_buf_->data()) return Status::NoSpace("raw read buffer");
   }
   HostMemory& buf = *raw_buf_;
-  return SequentialReads(total, [&](IoOp& op, uint64_t pos) { op.buf = buf.data() + pos; });
+  return SequentialReads(
+      total, [&](IoOp& op, uint64_t pos) { op.buf = buf.data() + pos; }, budget);
 }
 
 Result<Run> RestoreBench::SequentialReads(uint64_t total,
-                                          const std::function<void(IoOp&, uint64_t)>& target) {
+                                          const std::function<void(IoOp&, uint64_t)>& target,
+                                          uint64_t budget) {
   const uint64_t fb = store_->options().ssd_file_bytes;
   const uint64_t chunk = store_->options().max_io_bytes;
   std::vector<IoOp> ops;
@@ -352,7 +361,8 @@ Result<Run> RestoreBench::SequentialReads(uint64_t total,
   }
   const double c0 = CpuMs();
   auto t0 = Clock::now();
-  FC_RETURN_IF_ERROR(ExecuteSync(store_->engine(), ops));
+  FC_RETURN_IF_ERROR(budget > 0 ? ExecuteSyncBounded(store_->engine(), ops, budget)
+                                : ExecuteSync(store_->engine(), ops));
   Run r;
   r.ms = Ms(t0, Clock::now());
   r.cpu_ms = CpuMs() - c0;
@@ -464,8 +474,9 @@ Result<Run> RestoreBench::Scattered(bool by_object) {
 }
 
 int RestoreBench::Main() {
-  constexpr int kVariants = 5;
-  const char* names[kVariants] = {"raw-seq", "flat", "scattered", "scattered-object", "raw-slots"};
+  constexpr int kVariants = 6;
+  const char* names[kVariants] = {"raw-seq",          "flat",      "scattered",
+                                  "scattered-object", "raw-slots", "raw-window"};
   bool want[kVariants] = {};
   for (size_t pos = 0; pos <= a_.variants.size();) {
     const size_t comma = std::min(a_.variants.find(',', pos), a_.variants.size());
@@ -478,11 +489,13 @@ int RestoreBench::Main() {
     }
     want[it - std::begin(names)] = true;
   }
-  // Host memory: the destination (at least one block per turn) and, for raw-seq, a buffer of the
-  // same size, both faulted in; refuse up front rather than be killed by the OOM killer.
+  // Host memory: the destination (at least one block per turn) and, for raw-seq and raw-window,
+  // a buffer of the same size, both faulted in; refuse up front rather than be killed by the OOM
+  // killer.
+  const bool raw_buffer = want[0] || want[5];
   {
     const uint64_t block = layout_.block_bytes();
-    const uint64_t need = SessionBlocks(a_, block) * block * (want[0] ? 2 : 1);
+    const uint64_t need = SessionBlocks(a_, block) * block * (raw_buffer ? 2 : 1);
     const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
                           static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     if (need > phys / 4 * 3) {
@@ -491,7 +504,7 @@ int RestoreBench::Main() {
           Status::InvalidArgument(
               "the session (--bytes, at least --turns blocks) needs " + std::to_string(need >> 20) +
               " MiB of host memory for the restore destination" +
-              (want[0] ? " and raw buffer" : "") + ", more than 3/4 of this machine's " +
+              (raw_buffer ? " and raw buffer" : "") + ", more than 3/4 of this machine's " +
               std::to_string(phys >> 20) + " MiB"));
     }
   }
@@ -505,7 +518,8 @@ int RestoreBench::Main() {
   // fresh write, did not do it: 33-38 ms.
   std::memset(dst_->data(), 0, dst_->bytes);
   std::vector<Run> runs[kVariants];
-  std::vector<double> flat_vs_raw, flat_vs_scattered, flat_vs_raw_slots, raw_slots_vs_raw;
+  std::vector<double> flat_vs_raw, flat_vs_scattered, flat_vs_raw_slots, raw_slots_vs_raw,
+      flat_vs_raw_window, raw_window_vs_raw;
   // raw / scattered bounds flat / scattered from above: flat reads the same bytes as raw and
   // cannot beat the disk's sequential limit, so this is the best flat / scattered this disk allows.
   std::vector<double> raw_vs_scattered;
@@ -514,11 +528,12 @@ int RestoreBench::Main() {
     for (int k = 0; k < kVariants; ++k) {
       const int v = rep % 2 ? kVariants - 1 - k : k;  // alternate the order between repetitions
       if (!want[v]) continue;
-      Result<Run> got = v == 0   ? Raw()
+      Result<Run> got = v == 0   ? Raw(0)
                         : v == 1 ? Flat()
                         : v == 2 ? Scattered(false)
                         : v == 3 ? Scattered(true)
-                                 : RawSlots();
+                        : v == 4 ? RawSlots()
+                                 : Raw(a_.window);
       if (v == 4 && got.status().code() ==
                         StatusCode::kUnsupported) {  // layout not as assumed: skip, say why
         std::fprintf(stderr, "%s\n", got.status().ToString().c_str());
@@ -537,6 +552,8 @@ int RestoreBench::Main() {
     ratio(1, 4, &flat_vs_raw_slots);
     ratio(4, 0, &raw_slots_vs_raw);
     ratio(0, 2, &raw_vs_scattered);
+    ratio(1, 5, &flat_vs_raw_window);
+    ratio(5, 0, &raw_window_vs_raw);
   }
   // Figures of a variant that did not run (or a ratio missing one of its variants) are absent,
   // not 0: JSON null, "n/a" in the table, so a subset run never reads as a missed target.
@@ -594,6 +611,12 @@ int RestoreBench::Main() {
       txt(ratio_med(raw_slots_vs_raw), "%.3f").c_str(), static_cast<unsigned long>(seg_layers));
   std::printf("raw / scattered = %s (the ceiling of flat / scattered on this disk)\n",
               txt(ratio_med(raw_vs_scattered), "%.2f").c_str());
+  std::printf(
+      "flat / raw-window = %s (the restore path's cost at its %lu MiB read budget), raw-window / "
+      "raw = %s (the budget's cost on this disk)\n",
+      txt(ratio_med(flat_vs_raw_window), "%.3f").c_str(),
+      static_cast<unsigned long>(a_.window / kMiB),
+      txt(ratio_med(raw_window_vs_raw), "%.3f").c_str());
   std::printf("bytes verified %lu, mismatches %lu (raw-slots layout mismatches %lu)\n",
               static_cast<unsigned long>(verified_), static_cast<unsigned long>(mismatches_),
               static_cast<unsigned long>(raw_slots_mismatches_));
@@ -611,6 +634,10 @@ int RestoreBench::Main() {
                         {"raw_slots_gbps", js(med(4, gbps))},
                         {"flat_vs_raw_slots", js(ratio_med(flat_vs_raw_slots))},
                         {"raw_slots_vs_raw", js(ratio_med(raw_slots_vs_raw))},
+                        {"raw_window_gbps", js(med(5, gbps))},
+                        {"flat_vs_raw_window", js(ratio_med(flat_vs_raw_window))},
+                        {"raw_window_vs_raw", js(ratio_med(raw_window_vs_raw))},
+                        {"window_bytes", a_.window},
                         {"reads_issued_raw", js(reads(0))},
                         {"reads_issued_flat", js(reads(1))},
                         {"reads_issued_scattered", js(reads(2))},

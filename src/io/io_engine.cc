@@ -41,6 +41,75 @@ class SyncSink : public IoCompletionSink {
   Status first_error_;
 };
 
+// Runs one ExecuteSyncBounded call: a sliding window of in-flight bytes over `ops`.
+class BoundedRun : public IoCompletionSink {
+ public:
+  BoundedRun(IoEngine& engine, std::span<const IoOp> ops, uint64_t budget)
+      : engine_(engine), ops_(ops), budget_(budget) {}
+
+  Status Run() {
+    Pump();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] {
+      return inflight_ops_ == 0 && callbacks_ == 0 && !pumping_ &&
+             (next_ == ops_.size() || !first_error_.ok());
+    });
+    return first_error_;
+  }
+
+  void OnIoComplete(uint64_t tag, const Status& status) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!status.ok() && first_error_.ok()) first_error_ = status;
+      inflight_bytes_ -= ops_[tag].len;
+      --inflight_ops_;
+      ++callbacks_;  // Run may not return (and free this) while the pump below runs
+    }
+    Pump();
+    std::lock_guard<std::mutex> lock(mu_);
+    --callbacks_;
+    cv_.notify_all();
+  }
+
+ private:
+  // Submits the ops that fit. One thread at a time does it, outside the lock (an engine may
+  // complete ops inside Submit, whose completions then find pumping_ set and leave the room
+  // they freed to this loop's next pass).
+  void Pump() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (pumping_) return;
+    pumping_ = true;
+    std::vector<IoOp> batch;
+    for (;;) {
+      batch.clear();
+      while (first_error_.ok() && next_ < ops_.size() &&
+             (inflight_ops_ == 0 || inflight_bytes_ + ops_[next_].len <= budget_)) {
+        batch.push_back(ops_[next_]);
+        batch.back().tag = next_++;
+        inflight_bytes_ += batch.back().len;
+        ++inflight_ops_;
+      }
+      if (batch.empty()) break;
+      lock.unlock();
+      engine_.Submit(batch, this);
+      lock.lock();
+    }
+    pumping_ = false;
+  }
+
+  IoEngine& engine_;
+  const std::span<const IoOp> ops_;
+  const uint64_t budget_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t next_ = 0;              // GUARDED_BY(mu_): first op not yet submitted
+  uint64_t inflight_bytes_ = 0;  // GUARDED_BY(mu_)
+  size_t inflight_ops_ = 0;      // GUARDED_BY(mu_)
+  bool pumping_ = false;         // GUARDED_BY(mu_)
+  size_t callbacks_ = 0;         // GUARDED_BY(mu_): OnIoComplete calls not yet finished
+  Status first_error_;           // GUARDED_BY(mu_)
+};
+
 }  // namespace
 
 Status IoErrnoStatus(const IoOp& op, uint64_t done, int err) {
@@ -92,6 +161,13 @@ Status ExecuteSync(IoEngine& engine, std::span<const IoOp> ops) {
   SyncSink sink(ops.size());
   engine.Submit(ops, &sink);
   return sink.Wait();
+}
+
+Status ExecuteSyncBounded(IoEngine& engine, std::span<const IoOp> ops,
+                          uint64_t max_inflight_bytes) {
+  if (ops.empty()) return Status::OK();
+  BoundedRun run(engine, ops, max_inflight_bytes);
+  return run.Run();
 }
 
 std::string_view IoEngineKindName(IoEngineKind kind) {

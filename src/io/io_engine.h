@@ -111,6 +111,12 @@ uint32_t IoVecRemainder(const IoOp& op, uint64_t done, uint64_t max_bytes, iovec
 // Submits `ops` and waits for all of them. Returns OK or the first error seen (with the file and
 // offset in its message).
 Status ExecuteSync(IoEngine& engine, std::span<const IoOp> ops);
+// Like ExecuteSync, but with at most `max_inflight_bytes` of submitted, uncompleted ops: ops go
+// out in order, each as soon as the ones in flight leave room for it (one larger than the budget
+// goes out alone), submitted by whichever thread completed the op that made the room. After the
+// first error nothing more is submitted; the ops in flight are waited for and the error returned.
+// The ops' tags are not used (they are passed to the engine replaced by the op's index).
+Status ExecuteSyncBounded(IoEngine& engine, std::span<const IoOp> ops, uint64_t max_inflight_bytes);
 
 enum class IoEngineKind { kAuto, kUring, kPreadv, kPosix };
 std::string_view IoEngineKindName(IoEngineKind kind);

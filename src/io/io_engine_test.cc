@@ -466,6 +466,30 @@ TEST_P(EngineTest, VectoredShortReadAndTornWriteInjection) {
   EXPECT_NE(es.message().find("read file 0 offset 4096"), std::string_view::npos) << es.ToString();
 }
 
+// A bounded run lands every byte with every engine, whether the budget holds several ops, less
+// than one (each op then goes out alone), or all of them.
+TEST_P(EngineTest, BoundedReadsLandEveryByte) {
+  int fd = Open("bounded", false);
+  ASSERT_GE(fd, 0);
+  constexpr uint64_t kBytes = (2 << 20) + 4096 * 3 + 17;
+  ASSERT_TRUE(testing::WritePatternFile(dir_.File("bounded"), 4, kBytes));
+  ASSERT_TRUE(engine_->RegisterFiles({&fd, 1}).ok());
+  for (uint64_t budget : {uint64_t{3 * 65536}, uint64_t{1000}, uint64_t{1} << 30}) {
+    auto dst = AllocAligned(kBytes);
+    std::memset(dst.get(), 0, kBytes);
+    std::vector<IoOp> ops;
+    for (uint64_t off = 0; off < kBytes; off += 65536) {
+      ops.push_back(
+          IoOp{IoOpcode::kRead, 0, off, dst.get() + off, std::min<uint64_t>(65536, kBytes - off)});
+    }
+    Status s = ExecuteSyncBounded(*engine_, ops, budget);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < kBytes; ++i) bad += dst[i] != PatternByte(4, i);
+    EXPECT_EQ(bad, 0u) << "budget " << budget;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllEngines, EngineTest,
                          ::testing::Values(IoEngineKind::kPosix, IoEngineKind::kPreadv,
                                            IoEngineKind::kUring),
@@ -654,6 +678,123 @@ TEST(UringEngine, OpsQueuedByACompletionGoOutBeforeItsPassEnds) {
   }
   ::close(fd);
   if (!shared_pass) GTEST_SKIP() << "completions 2 and 3 never shared a reaping pass in 5 tries";
+}
+
+// An engine that completes ops later, on its own thread, in a scrambled order, and records how
+// many bytes were in flight at most: for checking ExecuteSyncBounded's budget and error handling.
+class DeferredEngine : public IoEngine {
+ public:
+  explicit DeferredEngine(uint64_t fail_index = ~0ull) : fail_index_(fail_index) {
+    worker_ = std::thread([this] { Loop(); });
+  }
+  ~DeferredEngine() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+  Status RegisterFiles(std::span<const int>) override { return Status::OK(); }
+  std::string_view name() const override { return "deferred"; }
+  void Submit(std::span<const IoOp> ops, IoCompletionSink* sink) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    submits_while_busy_ += inflight_ > 0;
+    for (const IoOp& op : ops) {
+      pending_.push_back({op, sink, submitted_++});
+      inflight_ += op.len;
+      max_inflight_ = std::max(max_inflight_, inflight_);
+    }
+    cv_.notify_all();
+  }
+  uint64_t max_inflight() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_inflight_;
+  }
+  uint64_t submitted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return submitted_;
+  }
+  // Submit calls made while earlier ops were still in flight.
+  uint64_t submits_while_busy() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return submits_while_busy_;
+  }
+
+ private:
+  struct Pending {
+    IoOp op;
+    IoCompletionSink* sink;
+    uint64_t index;  // submission order
+  };
+  void Loop() {
+    std::mt19937 rng(7);
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+      if (pending_.empty()) return;
+      // Let a few ops gather, then complete a random one of them.
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      lock.lock();
+      const size_t pick = rng() % pending_.size();
+      Pending p = pending_[pick];
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(pick));
+      inflight_ -= p.op.len;
+      lock.unlock();
+      p.sink->OnIoComplete(
+          p.op.tag, p.index == fail_index_ ? Status::IOError("injected failure") : Status::OK());
+      lock.lock();
+    }
+  }
+
+  const uint64_t fail_index_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Pending> pending_;
+  uint64_t inflight_ = 0, max_inflight_ = 0, submitted_ = 0, submits_while_busy_ = 0;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+std::vector<IoOp> OpsOfLengths(std::initializer_list<uint64_t> lens, int copies) {
+  std::vector<IoOp> ops;
+  for (int c = 0; c < copies; ++c) {
+    for (uint64_t len : lens) ops.push_back(IoOp{IoOpcode::kRead, 0, 0, nullptr, len});
+  }
+  return ops;
+}
+
+// The budget bounds the bytes in flight and is used: completions (out of order, on another
+// thread) let the next ops out at once, so the run reaches the budget rather than draining.
+TEST(ExecuteSyncBounded, KeepsInFlightBytesWithinTheBudget) {
+  const auto ops = OpsOfLengths({4096, 8192, 4096, 12288}, 40);
+  for (uint64_t budget : {uint64_t{16384}, uint64_t{40960}}) {
+    DeferredEngine engine;
+    ASSERT_TRUE(ExecuteSyncBounded(engine, ops, budget).ok());
+    EXPECT_EQ(engine.submitted(), ops.size());
+    EXPECT_LE(engine.max_inflight(), budget);
+    EXPECT_GE(engine.max_inflight(), budget - 8192) << "the window never filled";
+    // A sliding window, not waves: most ops went out while others were still in flight.
+    EXPECT_GT(engine.submits_while_busy(), ops.size() / 2);
+  }
+  // An op larger than the budget goes out alone instead of never.
+  DeferredEngine engine;
+  ASSERT_TRUE(ExecuteSyncBounded(engine, ops, 1000).ok());
+  EXPECT_EQ(engine.submitted(), ops.size());
+  EXPECT_EQ(engine.max_inflight(), 12288u);
+}
+
+// After the first error nothing more is submitted; the error comes back once the ops in flight
+// are back.
+TEST(ExecuteSyncBounded, StopsSubmittingAfterTheFirstError) {
+  const auto ops = OpsOfLengths({4096}, 200);
+  DeferredEngine engine(/*fail_index=*/10);
+  Status s = ExecuteSyncBounded(engine, ops, 4 * 4096);
+  ASSERT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_NE(s.message().find("injected failure"), std::string_view::npos) << s.ToString();
+  EXPECT_LT(engine.submitted(), 10u + 4u + 1u);  // the failed op's window, at most
+  EXPECT_TRUE(ExecuteSyncBounded(engine, {}, 4096).ok());
 }
 
 // kAuto falls back to the preadv pool when io_uring ring setup fails. Here setup is made to fail
