@@ -69,6 +69,9 @@ struct GetResult {
   uint64_t bytes_from_ssd = 0;  // delivered bytes that came from SSD
   uint64_t ssd_bytes_read = 0;  // bytes read from SSD (delivered + bridged gaps + alignment)
   uint64_t ssd_reads = 0;       // read commands issued
+  // Of ssd_reads: those that landed straight in the destination buffers (their slices line up
+  // with the file, aligned), not staged and copied.
+  uint64_t ssd_reads_in_place = 0;
 };
 
 struct MediumStats {

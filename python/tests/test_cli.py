@@ -47,14 +47,19 @@ def test_bench_restore_json_fields_and_every_byte_verified(tmp_path):
     for field in ("raw_seq_gbps", "flat_gbps", "scattered_gbps", "flat_vs_raw",
                   "flat_vs_scattered", "raw_vs_scattered", "first_layer_ms_flat",
                   "first_layer_ms_scattered", "first_layer_ms_scattered_object",
-                  "raw_window_gbps", "flat_vs_raw_window", "raw_window_vs_raw"):
+                  "raw_window_gbps", "flat_vs_raw_window", "raw_window_vs_raw",
+                  "flat_direct_gbps", "flat_direct_vs_raw", "flat_vs_flat_direct"):
         assert isinstance(j[field], float) and j[field] > 0, field
     # 64 MiB of 1 MiB blocks (32 layers x 2 planes x 16 KiB).
     assert j["blocks"] == 64 and j["block_bytes"] == 1 << 20
     assert j["mismatches"] == 0 and j["raw_slots_mismatches"] == 0
-    # Every restore into the destination blocks is compared byte for byte: flat, scattered,
-    # scattered-object and raw-slots (raw reads into one plain buffer), one repetition each.
-    assert j["bytes_verified"] == 4 * 64 * (1 << 20)
+    # Every restore is compared byte for byte: flat, scattered, scattered-object, raw-slots and
+    # flat-direct (raw and raw-window read into one plain buffer), one repetition each.
+    assert j["bytes_verified"] == 5 * 64 * (1 << 20)
+    # flat-direct's destination lines up with the file: every read lands in place; flat's 16 KiB
+    # block-contiguous slots are staged and copied.
+    assert j["reads_in_place_flat_direct"] == j["reads_issued_flat_direct"] > 0
+    assert j["reads_in_place_flat"] == 0
     # The layer-by-layer eviction-ordered restore reads once per block per layer; the flat one
     # coalesces into O(segments x layers) reads.
     assert j["reads_issued_scattered"] == 64 * 32

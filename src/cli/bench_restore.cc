@@ -18,7 +18,11 @@
 //  - raw-window: raw's reads with at most --window bytes in flight, the budget the flat restore
 //    reads under (its staging window): the disk's limit at that budget. flat / raw-window is the
 //    cost of the store's restore path itself, raw-window / raw the cost of bounding the bytes in
-//    flight (on a disk whose rate grows with the bytes in flight).
+//    flight (on a disk whose rate grows with the bytes in flight);
+//  - flat-direct: the flat restore (Store::Get, checksums as for flat) into a destination laid out
+//    like the flat copy on disk (one pointer per slice, layer-major, raw's buffer), so every read
+//    lands in place: the store's restore path without the scatter copy into block-contiguous
+//    slots. Like raw-slots it assumes the segments lie back to back; every byte is verified.
 // All variants use the same engine kind. Repetitions alternate the order and the table reports
 // medians; ratios are taken within each repetition. --variants runs a subset (for profiling).
 #include <fcntl.h>
@@ -66,7 +70,7 @@ struct RestoreArgs {
   bool json = false;
   bool no_verify = false;
   std::string dest_pages = "thp";
-  std::string variants = "raw-seq,flat,scattered,scattered-object,raw-slots,raw-window";
+  std::string variants = "raw-seq,flat,scattered,scattered-object,raw-slots,raw-window,flat-direct";
 };
 
 // The size flags, which take units and so are checked here rather than by CLI11 (the counts carry
@@ -108,7 +112,8 @@ struct Run {
   double cpu_ms = 0;  // process CPU time over the same interval
   double first_layer_ms = 0;
   uint64_t reads = 0;
-  uint64_t bytes = 0;  // bytes delivered
+  uint64_t reads_in_place = 0;  // store restores: reads that landed in the destination, not staged
+  uint64_t bytes = 0;           // bytes delivered
   double gbps() const { return ms > 0 ? bytes / (ms * 1e6) : 0; }
 };
 
@@ -177,11 +182,22 @@ class RestoreBench {
   // The flat copy's bytes into one buffer; with `budget` > 0, at most that many bytes in flight.
   Result<Run> Raw(uint64_t budget);
   Result<Run> RawSlots();
+  Result<Run> FlatDirect();
+  // Whether the flat copy lies back to back from offset 0 of the first pool file, each turn one
+  // layer-major segment, as raw-slots and flat-direct assume (Unsupported otherwise).
+  Status CheckBackToBack() const;
+  // Index, in slice_bytes units from the start of the flat copy, of block `b`'s slice
+  // (l, p) under that assumption.
+  uint64_t FileSlice(uint64_t b, uint32_t l, uint32_t p) const;
+  // The raw buffer (the flat copy's bytes, padding included), allocated on first use.
+  Result<HostMemory*> RawBuffer();
   // Reads the first `total` pool bytes in max-I/O sequential pieces, file by file, timed;
   // `target` points each op at its destination (op.len and file offset already set). `budget` >
   // 0 bounds the bytes in flight (ExecuteSyncBounded); 0 submits every read at once.
   Result<Run> SequentialReads(uint64_t total, const std::function<void(IoOp&, uint64_t)>& target,
                               uint64_t budget = 0);
+  // Store::Get of the whole session into `dst`, timed, with its first layer's time.
+  Result<Run> TimedGet(const BlockBuffers& dst);
   Result<Run> Flat();
   Result<Run> Scattered(bool by_object);
   void Verify(uint64_t* mismatches);
@@ -333,15 +349,43 @@ void RestoreBench::Verify(uint64_t* mismatches) {
 Result<Run> RestoreBench::Raw(uint64_t budget) {
   // The flat copy's bytes, read file after file in max-I/O sequential pieces straight into an
   // aligned buffer (no scatter: this is the disk's limit, not a restore).
-  const StoreStats st = store_->GetStats();
-  const uint64_t total = st.ssd.written_bytes;  // the segments, padding included
-  if (!raw_buf_) {
-    raw_buf_ = std::make_unique<HostMemory>(total, huge_pages_);
-    if (!raw_buf_->data()) return Status::NoSpace("raw read buffer");
-  }
-  HostMemory& buf = *raw_buf_;
+  const uint64_t total = store_->GetStats().ssd.written_bytes;  // the segments, padding included
+  FC_ASSIGN_OR_RETURN(HostMemory * raw, RawBuffer());
+  HostMemory& buf = *raw;
   return SequentialReads(
       total, [&](IoOp& op, uint64_t pos) { op.buf = buf.data() + pos; }, budget);
+}
+
+Result<HostMemory*> RestoreBench::RawBuffer() {
+  if (!raw_buf_) {
+    raw_buf_ = std::make_unique<HostMemory>(store_->GetStats().ssd.written_bytes, huge_pages_);
+    if (!raw_buf_->data()) return Status::NoSpace("raw read buffer");
+  }
+  return raw_buf_.get();
+}
+
+Status RestoreBench::CheckBackToBack() const {
+  const uint64_t s = layout_.slice_bytes;
+  const uint64_t per_seg = blocks_ / a_.turns;
+  const uint64_t total = blocks_ * layout_.block_bytes();
+  const uint64_t fb = store_->options().ssd_file_bytes;
+  const uint64_t chunk = store_->options().max_io_bytes;
+  // Each turn must be one segment, and segments must tile the pool files exactly, or the flat
+  // copy is not back to back from offset 0 (a segment never spans two files).
+  const uint64_t seg_bytes = per_seg * layout_.block_bytes();
+  if (store_->GetStats().ssd.admitted_bytes != total || s % 4096 != 0 || chunk % s != 0 ||
+      fb % s != 0 || (per_seg * s) % 4096 != 0 || seg_bytes > fb || fb % seg_bytes != 0 ||
+      chunk / s > kMaxIoVecs) {
+    return Status::Unsupported("the flat copy is not laid out back to back");
+  }
+  return Status::OK();
+}
+
+uint64_t RestoreBench::FileSlice(uint64_t b, uint32_t l, uint32_t p) const {
+  const uint64_t per_seg = blocks_ / a_.turns;
+  const uint64_t per_layer = uint64_t{layout_.num_planes} * per_seg;  // slices of one layer
+  return b / per_seg * per_layer * layout_.num_layers +
+         (uint64_t{l} * layout_.num_planes + p) * per_seg + b % per_seg;
 }
 
 Result<Run> RestoreBench::SequentialReads(uint64_t total,
@@ -375,25 +419,17 @@ Result<Run> RestoreBench::SequentialReads(uint64_t total,
 Result<Run> RestoreBench::RawSlots() {
   // The same sequential reads as Raw, but each lands slice by slice in the destination blocks
   // (one iovec per slice), assuming segments lie back to back in layer-major order.
+  if (Status st = CheckBackToBack(); !st.ok()) return st.WithContext("raw-slots");
   const uint64_t s = layout_.slice_bytes;
-  const uint64_t per_seg = blocks_ / a_.turns;
   const uint64_t total = blocks_ * layout_.block_bytes();
-  const uint64_t fb = store_->options().ssd_file_bytes;
-  const uint64_t chunk = store_->options().max_io_bytes;
-  // Each turn must be one segment, and segments must tile the pool files exactly, or the flat
-  // copy is not back to back from offset 0 (a segment never spans two files).
-  const uint64_t seg_bytes = per_seg * layout_.block_bytes();
-  if (store_->GetStats().ssd.admitted_bytes != total || s % 4096 != 0 || chunk % s != 0 ||
-      fb % s != 0 || (per_seg * s) % 4096 != 0 || seg_bytes > fb || fb % seg_bytes != 0 ||
-      chunk / s > kMaxIoVecs) {
-    return Status::Unsupported("raw-slots: the flat copy is not laid out back to back");
-  }
   std::vector<iovec> iov(total / s);
-  for (uint64_t q = 0; q < iov.size(); ++q) {
-    const uint64_t seg = q / (per_seg * layout_.num_layers * layout_.num_planes);
-    const uint64_t in_seg = q % (per_seg * layout_.num_layers * layout_.num_planes);
-    const uint64_t run = in_seg / per_seg, b = in_seg % per_seg;
-    iov[q] = iovec{dst_->block(seg * per_seg + b) + run * s, s};
+  for (uint64_t b = 0; b < blocks_; ++b) {
+    for (uint32_t l = 0; l < layout_.num_layers; ++l) {
+      for (uint32_t p = 0; p < layout_.num_planes; ++p) {
+        const uint64_t in_block = (uint64_t{l} * layout_.num_planes + p) * s;
+        iov[FileSlice(b, l, p)] = iovec{dst_->block(b) + in_block, s};
+      }
+    }
   }
   FC_ASSIGN_OR_RETURN(Run r, SequentialReads(total, [&](IoOp& op, uint64_t pos) {
                         op.iov = &iov[pos / s];
@@ -404,21 +440,62 @@ Result<Run> RestoreBench::RawSlots() {
   return r;
 }
 
-Result<Run> RestoreBench::Flat() {
+Result<Run> RestoreBench::FlatDirect() {
+  if (Status st = CheckBackToBack(); !st.ok()) return st.WithContext("flat-direct");
+  FC_ASSIGN_OR_RETURN(HostMemory * raw, RawBuffer());
+  const uint64_t s = layout_.slice_bytes;
+  const uint32_t layers = layout_.num_layers, planes = layout_.num_planes;
+  std::vector<void*> ptrs(blocks_ * layers * planes);
+  for (uint64_t b = 0; b < blocks_; ++b) {
+    for (uint32_t l = 0; l < layers; ++l) {
+      for (uint32_t p = 0; p < planes; ++p) {
+        ptrs[(b * layers + l) * planes + p] = raw->data() + FileSlice(b, l, p) * s;
+      }
+    }
+  }
+  // raw-seq reads the same bytes to the same places: clear them, or a restore that wrote nothing
+  // would verify.
+  std::memset(raw->data(), 0, blocks_ * layout_.block_bytes());
+  const BlockBuffers dst{BufferKind::kSlicePointers, ptrs};
+  FC_ASSIGN_OR_RETURN(Run r, TimedGet(dst));
+  std::vector<uint8_t> want(layout_.block_bytes());
+  for (uint64_t b = 0; b < blocks_; ++b) {
+    testing::FillBlock(keys_[b], want.data(), want.size());
+    bool same = true;
+    for (uint32_t l = 0; l < layers; ++l) {
+      for (uint32_t p = 0; p < planes; ++p) {
+        const uint64_t in_block = (uint64_t{l} * planes + p) * s;
+        same = same &&
+               std::memcmp(want.data() + in_block, ptrs[(b * layers + l) * planes + p], s) == 0;
+      }
+    }
+    mismatches_ += !same;
+    verified_ += want.size();
+  }
+  return r;
+}
+
+Result<Run> RestoreBench::TimedGet(const BlockBuffers& dst) {
   const double c0 = CpuMs();
   Clock::time_point t0 = Clock::now(), first;
   GetOptions go;
   go.on_layer = [&](uint32_t layer) {
     if (layer == 0) first = Clock::now();
   };
-  FC_ASSIGN_OR_RETURN(GetResult g, store_->Get(keys_, layout_, dst_->buffers(), go));
+  FC_ASSIGN_OR_RETURN(GetResult g, store_->Get(keys_, layout_, dst, go));
   Run r;
   r.ms = Ms(t0, Clock::now());
   r.cpu_ms = CpuMs() - c0;
   r.first_layer_ms = Ms(t0, first);
   r.reads = g.ssd_reads;
+  r.reads_in_place = g.ssd_reads_in_place;
   r.bytes = g.bytes_from_ssd;
   if (g.hits != blocks_) return Status::Corruption("flat restore missed blocks");
+  return r;
+}
+
+Result<Run> RestoreBench::Flat() {
+  FC_ASSIGN_OR_RETURN(Run r, TimedGet(dst_->buffers()));
   Verify(&mismatches_);
   return r;
 }
@@ -474,9 +551,9 @@ Result<Run> RestoreBench::Scattered(bool by_object) {
 }
 
 int RestoreBench::Main() {
-  constexpr int kVariants = 6;
-  const char* names[kVariants] = {"raw-seq",          "flat",      "scattered",
-                                  "scattered-object", "raw-slots", "raw-window"};
+  constexpr int kVariants = 7;
+  const char* names[kVariants] = {"raw-seq",   "flat",       "scattered",  "scattered-object",
+                                  "raw-slots", "raw-window", "flat-direct"};
   bool want[kVariants] = {};
   for (size_t pos = 0; pos <= a_.variants.size();) {
     const size_t comma = std::min(a_.variants.find(',', pos), a_.variants.size());
@@ -489,10 +566,10 @@ int RestoreBench::Main() {
     }
     want[it - std::begin(names)] = true;
   }
-  // Host memory: the destination (at least one block per turn) and, for raw-seq and raw-window,
-  // a buffer of the same size, both faulted in; refuse up front rather than be killed by the OOM
-  // killer.
-  const bool raw_buffer = want[0] || want[5];
+  // Host memory: the destination (at least one block per turn) and, for raw-seq, raw-window and
+  // flat-direct, a buffer of the same size, both faulted in; refuse up front rather than be killed
+  // by the OOM killer.
+  const bool raw_buffer = want[0] || want[5] || want[6];
   {
     const uint64_t block = layout_.block_bytes();
     const uint64_t need = SessionBlocks(a_, block) * block * (raw_buffer ? 2 : 1);
@@ -519,7 +596,7 @@ int RestoreBench::Main() {
   std::memset(dst_->data(), 0, dst_->bytes);
   std::vector<Run> runs[kVariants];
   std::vector<double> flat_vs_raw, flat_vs_scattered, flat_vs_raw_slots, raw_slots_vs_raw,
-      flat_vs_raw_window, raw_window_vs_raw;
+      flat_vs_raw_window, raw_window_vs_raw, flat_direct_vs_raw, flat_vs_flat_direct;
   // raw / scattered bounds flat / scattered from above: flat reads the same bytes as raw and
   // cannot beat the disk's sequential limit, so this is the best flat / scattered this disk allows.
   std::vector<double> raw_vs_scattered;
@@ -533,9 +610,10 @@ int RestoreBench::Main() {
                         : v == 2 ? Scattered(false)
                         : v == 3 ? Scattered(true)
                         : v == 4 ? RawSlots()
-                                 : Raw(a_.window);
-      if (v == 4 && got.status().code() ==
-                        StatusCode::kUnsupported) {  // layout not as assumed: skip, say why
+                        : v == 5 ? Raw(a_.window)
+                                 : FlatDirect();
+      if ((v == 4 || v == 6) &&
+          got.status().code() == StatusCode::kUnsupported) {  // layout not as assumed: skip
         std::fprintf(stderr, "%s\n", got.status().ToString().c_str());
         want[v] = false;
         continue;
@@ -554,6 +632,8 @@ int RestoreBench::Main() {
     ratio(0, 2, &raw_vs_scattered);
     ratio(1, 5, &flat_vs_raw_window);
     ratio(5, 0, &raw_window_vs_raw);
+    ratio(6, 0, &flat_direct_vs_raw);
+    ratio(1, 6, &flat_vs_flat_direct);
   }
   // Figures of a variant that did not run (or a ratio missing one of its variants) are absent,
   // not 0: JSON null, "n/a" in the table, so a subset run never reads as a missed target.
@@ -571,6 +651,10 @@ int RestoreBench::Main() {
   auto reads = [&](int v) -> std::optional<uint64_t> {
     if (!ran(v)) return std::nullopt;
     return runs[v].front().reads;
+  };
+  auto in_place = [&](int v) -> std::optional<uint64_t> {
+    if (!ran(v)) return std::nullopt;
+    return runs[v].front().reads_in_place;
   };
   auto js = [](const auto& x) -> nlohmann::json {
     return x ? nlohmann::json(*x) : nlohmann::json(nullptr);
@@ -617,6 +701,13 @@ int RestoreBench::Main() {
       txt(ratio_med(flat_vs_raw_window), "%.3f").c_str(),
       static_cast<unsigned long>(a_.window / kMiB),
       txt(ratio_med(raw_window_vs_raw), "%.3f").c_str());
+  std::printf(
+      "flat-direct / raw = %s (the same restore into a destination laid out like the file: %s "
+      "of its reads in place), flat / flat-direct = %s (the cost of scattering into "
+      "block-contiguous slots)\n",
+      txt(ratio_med(flat_direct_vs_raw), "%.3f").c_str(),
+      ran(6) ? (std::to_string(*in_place(6)) + " of " + std::to_string(*reads(6))).c_str() : "n/a",
+      txt(ratio_med(flat_vs_flat_direct), "%.3f").c_str());
   std::printf("bytes verified %lu, mismatches %lu (raw-slots layout mismatches %lu)\n",
               static_cast<unsigned long>(verified_), static_cast<unsigned long>(mismatches_),
               static_cast<unsigned long>(raw_slots_mismatches_));
@@ -637,6 +728,13 @@ int RestoreBench::Main() {
                         {"raw_window_gbps", js(med(5, gbps))},
                         {"flat_vs_raw_window", js(ratio_med(flat_vs_raw_window))},
                         {"raw_window_vs_raw", js(ratio_med(raw_window_vs_raw))},
+                        {"flat_direct_gbps", js(med(6, gbps))},
+                        {"flat_direct_vs_raw", js(ratio_med(flat_direct_vs_raw))},
+                        {"flat_vs_flat_direct", js(ratio_med(flat_vs_flat_direct))},
+                        {"reads_issued_flat_direct", js(reads(6))},
+                        {"reads_in_place_flat", js(in_place(1))},
+                        {"reads_in_place_flat_direct", js(in_place(6))},
+                        {"first_layer_ms_flat_direct", js(med(6, first))},
                         {"window_bytes", a_.window},
                         {"reads_issued_raw", js(reads(0))},
                         {"reads_issued_flat", js(reads(1))},

@@ -249,6 +249,7 @@ Status FlatStore::ReadSsd(size_t blocks, const SliceSource& source, const KvLayo
     const RestoreStats rs = h.stats();
     result->ssd_bytes_read += rs.bytes_read;
     result->ssd_reads += rs.reads_issued;
+    result->ssd_reads_in_place += rs.direct_reads + rs.vectored_ops;
   };
   FC_ASSIGN_OR_RETURN(auto h1, restore_->Start(first, layout.num_layers, cb_first, on_slice));
   Status st;

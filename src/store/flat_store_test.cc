@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -131,6 +133,47 @@ TEST_F(FlatStoreTest, EveryBufferKindRoundTrips) {
       }
     }
   }
+}
+
+// A destination laid out like the segment on disk ([layer][plane][block], aligned) takes the
+// restore's read in place; block-contiguous 16 KiB slices are staged and copied.
+TEST_F(FlatStoreTest, ReadsLandInPlaceWhenTheDestinationMatchesTheFile) {
+  auto keys = MakeKeys(4, 0, 8);
+  PutKeys(keys, MediaType::kSsd);
+  const uint64_t s = kLayout.slice_bytes, n = keys.size();
+  std::unique_ptr<uint8_t, decltype(&std::free)> mem(
+      static_cast<uint8_t*>(std::aligned_alloc(4096, kLayout.block_bytes() * n)), &std::free);
+  ASSERT_NE(mem, nullptr);
+  std::vector<void*> ptrs(n * kLayout.num_layers * kLayout.num_planes);
+  for (uint64_t b = 0; b < n; ++b) {
+    for (uint32_t l = 0; l < kLayout.num_layers; ++l) {
+      for (uint32_t p = 0; p < kLayout.num_planes; ++p) {
+        ptrs[(b * kLayout.num_layers + l) * kLayout.num_planes + p] =
+            mem.get() + ((l * kLayout.num_planes + p) * n + b) * s;
+      }
+    }
+  }
+  const BlockBuffers dst{BufferKind::kSlicePointers, ptrs};
+  auto r = store_->Get(keys, kLayout, dst);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->hits, n);
+  EXPECT_EQ(r->ssd_reads, 1u);
+  EXPECT_EQ(r->ssd_reads_in_place, 1u);
+  std::vector<uint8_t> want(kLayout.block_bytes());
+  for (uint64_t b = 0; b < n; ++b) {
+    FillBlock(keys[b], want.data(), want.size());
+    for (uint32_t l = 0; l < kLayout.num_layers; ++l) {
+      for (uint32_t p = 0; p < kLayout.num_planes; ++p) {
+        ASSERT_EQ(0, std::memcmp(SliceAddress(dst, kLayout, b, l, p),
+                                 want.data() + (l * kLayout.num_planes + p) * s, s))
+            << "b" << b << " l" << l << " p" << p;
+      }
+    }
+  }
+  GetResult staged;
+  EXPECT_EQ(GetAndVerify(keys, &staged), n);
+  EXPECT_EQ(staged.ssd_reads, 1u);
+  EXPECT_EQ(staged.ssd_reads_in_place, 0u);
 }
 
 TEST_F(FlatStoreTest, WriteOnceAndExistsCountsLeadingKeys) {
