@@ -208,6 +208,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("bytes_from_ssd", &GetResult::bytes_from_ssd)
       .def_readonly("ssd_bytes_read", &GetResult::ssd_bytes_read)
       .def_readonly("ssd_reads", &GetResult::ssd_reads)
+      .def_readonly("ssd_reads_in_place", &GetResult::ssd_reads_in_place)
       .def("__repr__", [](const GetResult& r) {
         return "GetResult(hits=" + std::to_string(r.hits) + "/" + std::to_string(r.found.size()) +
                ", leading_hits=" + std::to_string(r.leading_hits) +

@@ -48,7 +48,8 @@ def test_bench_restore_json_fields_and_every_byte_verified(tmp_path):
                   "flat_vs_scattered", "raw_vs_scattered", "first_layer_ms_flat",
                   "first_layer_ms_scattered", "first_layer_ms_scattered_object",
                   "raw_window_gbps", "flat_vs_raw_window", "raw_window_vs_raw",
-                  "flat_direct_gbps", "flat_direct_vs_raw", "flat_vs_flat_direct"):
+                  "flat_direct_gbps", "flat_direct_vs_raw", "flat_vs_flat_direct",
+                  "flat_direct_vs_scattered"):
         assert isinstance(j[field], float) and j[field] > 0, field
     # 64 MiB of 1 MiB blocks (32 layers x 2 planes x 16 KiB).
     assert j["blocks"] == 64 and j["block_bytes"] == 1 << 20

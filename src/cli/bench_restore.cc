@@ -596,7 +596,8 @@ int RestoreBench::Main() {
   std::memset(dst_->data(), 0, dst_->bytes);
   std::vector<Run> runs[kVariants];
   std::vector<double> flat_vs_raw, flat_vs_scattered, flat_vs_raw_slots, raw_slots_vs_raw,
-      flat_vs_raw_window, raw_window_vs_raw, flat_direct_vs_raw, flat_vs_flat_direct;
+      flat_vs_raw_window, raw_window_vs_raw, flat_direct_vs_raw, flat_vs_flat_direct,
+      flat_direct_vs_scattered;
   // raw / scattered bounds flat / scattered from above: flat reads the same bytes as raw and
   // cannot beat the disk's sequential limit, so this is the best flat / scattered this disk allows.
   std::vector<double> raw_vs_scattered;
@@ -634,6 +635,7 @@ int RestoreBench::Main() {
     ratio(5, 0, &raw_window_vs_raw);
     ratio(6, 0, &flat_direct_vs_raw);
     ratio(1, 6, &flat_vs_flat_direct);
+    ratio(6, 2, &flat_direct_vs_scattered);
   }
   // Figures of a variant that did not run (or a ratio missing one of its variants) are absent,
   // not 0: JSON null, "n/a" in the table, so a subset run never reads as a missed target.
@@ -703,10 +705,11 @@ int RestoreBench::Main() {
       txt(ratio_med(raw_window_vs_raw), "%.3f").c_str());
   std::printf(
       "flat-direct / raw = %s (the same restore into a destination laid out like the file: %s "
-      "of its reads in place), flat / flat-direct = %s (the cost of scattering into "
-      "block-contiguous slots)\n",
+      "of its reads in place), flat-direct / scattered = %s, flat / flat-direct = %s (the cost of "
+      "scattering into block-contiguous slots)\n",
       txt(ratio_med(flat_direct_vs_raw), "%.3f").c_str(),
       ran(6) ? (std::to_string(*in_place(6)) + " of " + std::to_string(*reads(6))).c_str() : "n/a",
+      txt(ratio_med(flat_direct_vs_scattered), "%.2f").c_str(),
       txt(ratio_med(flat_vs_flat_direct), "%.3f").c_str());
   std::printf("bytes verified %lu, mismatches %lu (raw-slots layout mismatches %lu)\n",
               static_cast<unsigned long>(verified_), static_cast<unsigned long>(mismatches_),
@@ -731,6 +734,7 @@ int RestoreBench::Main() {
                         {"flat_direct_gbps", js(med(6, gbps))},
                         {"flat_direct_vs_raw", js(ratio_med(flat_direct_vs_raw))},
                         {"flat_vs_flat_direct", js(ratio_med(flat_vs_flat_direct))},
+                        {"flat_direct_vs_scattered", js(ratio_med(flat_direct_vs_scattered))},
                         {"reads_issued_flat_direct", js(reads(6))},
                         {"reads_in_place_flat", js(in_place(1))},
                         {"reads_in_place_flat_direct", js(in_place(6))},
