@@ -466,7 +466,7 @@ Result<Run> RestoreBench::FlatDirect() {
       for (uint32_t p = 0; p < planes; ++p) {
         const uint64_t in_block = (uint64_t{l} * planes + p) * s;
         same = same &&
-               std::memcmp(want.data() + in_block, ptrs[(b * layers + l) * planes + p], s) == 0;
+               std::memcmp(want.data() + in_block, SliceAddress(dst, layout_, b, l, p), s) == 0;
       }
     }
     mismatches_ += !same;
