@@ -314,7 +314,7 @@ Status RestoreBench::WriteEvictionOrdered() {
   eo.queue_depth = a_.queue_depth;
   FC_ASSIGN_OR_RETURN(bucket_engine_, MakeIoEngine(eo));
   FC_RETURN_IF_ERROR(bucket_engine_->RegisterFiles(bucket_fds_));
-  RestoreOptions ro;
+  ReaderOptions ro;
   ro.window_bytes = a_.window;
   ro.coalesce.max_gap = store_->options().max_gap_bytes;
   ro.coalesce.max_io = store_->options().max_io_bytes;
@@ -524,7 +524,7 @@ Result<Run> RestoreBench::Scattered(bool by_object) {
   const double c0 = CpuMs();
   Clock::time_point t0 = Clock::now(), first;
   std::atomic<bool> seen_first{false};
-  std::vector<std::shared_ptr<RestoreHandle>> handles;
+  std::vector<std::shared_ptr<ReaderHandle>> handles;
   for (uint32_t g = 0; g < groups; ++g) {
     LayerCallback cb;
     if (g == 0) {

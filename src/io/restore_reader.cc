@@ -27,9 +27,9 @@ inline void Intersect(const SliceRead& s, const MergedRead& r, uint64_t* lo, uin
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// RestoreHandle
+// ReaderHandle
 
-RestoreHandle::RestoreHandle(RestoreReader* reader, CoalescePlan plan, uint32_t num_layers,
+ReaderHandle::ReaderHandle(RestoreReader* reader, CoalescePlan plan, uint32_t num_layers,
                              LayerCallback cb, SliceCallback on_slice)
     : reader_(reader),
       plan_(std::move(plan)),
@@ -44,7 +44,7 @@ RestoreHandle::RestoreHandle(RestoreReader* reader, CoalescePlan plan, uint32_t 
   }
 }
 
-Status RestoreHandle::WaitLayer(uint32_t layer) {
+Status ReaderHandle::WaitLayer(uint32_t layer) {
   if (layer >= num_layers_) {
     return Status::InvalidArgument("layer " + std::to_string(layer) + " out of range (" +
                                    std::to_string(num_layers_) + " layers)");
@@ -54,13 +54,13 @@ Status RestoreHandle::WaitLayer(uint32_t layer) {
   return layer_status_[layer];
 }
 
-Status RestoreHandle::Wait() {
+Status ReaderHandle::Wait() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return done_; });
   return first_error_;
 }
 
-void RestoreHandle::Cancel(const Status& why) {
+void ReaderHandle::Cancel(const Status& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (done_) return;
@@ -73,13 +73,13 @@ void RestoreHandle::Cancel(const Status& why) {
   reader_->cv_.notify_all();
 }
 
-bool RestoreHandle::done() const {
+bool ReaderHandle::done() const {
   std::lock_guard<std::mutex> lock(mu_);
   return done_;
 }
 
-RestoreStats RestoreHandle::stats() const {
-  RestoreStats s;
+ReaderStats ReaderHandle::stats() const {
+  ReaderStats s;
   s.reads_issued = reads_issued_.load(std::memory_order_relaxed);
   s.bytes_read = bytes_read_.load(std::memory_order_relaxed);
   s.bytes_delivered = bytes_delivered_.load(std::memory_order_relaxed);
@@ -91,7 +91,7 @@ RestoreStats RestoreHandle::stats() const {
   return s;
 }
 
-void RestoreHandle::ReadBack() {
+void ReaderHandle::ReadBack() {
   // Relaxed: the count orders nothing else (window space is accounted under the reader's lock).
   // No wake-up here: CompleteRead, which always follows, releases the read's space and so issues
   // what now fits, under the lock TakeBatch checks the count under, the waiting restore included.
@@ -100,7 +100,7 @@ void RestoreHandle::ReadBack() {
   device_left_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void RestoreHandle::OnIoComplete(uint64_t tag, const Status& status) {
+void ReaderHandle::OnIoComplete(uint64_t tag, const Status& status) {
   const auto idx = static_cast<uint32_t>(tag);
   ReadState& rs = reads_[idx];
   if (rs.ops > 1) {
@@ -121,7 +121,7 @@ void RestoreHandle::OnIoComplete(uint64_t tag, const Status& status) {
   CompleteRead(idx, status);
 }
 
-void RestoreHandle::CompleteRead(uint32_t idx, const Status& status) {
+void ReaderHandle::CompleteRead(uint32_t idx, const Status& status) {
   const MergedRead& r = plan_.reads[idx];
   const ReadState& rs = reads_[idx];
   uint64_t delivered = 0;
@@ -187,7 +187,7 @@ void RestoreHandle::CompleteRead(uint32_t idx, const Status& status) {
   // The reader's totals include this restore before anyone waiting on it wakes up; after
   // HandleDone the reader may be gone, so only the handle is touched below.
   reader_->HandleDone(stats());
-  std::shared_ptr<RestoreHandle> self;
+  std::shared_ptr<ReaderHandle> self;
   {
     std::lock_guard<std::mutex> lock(mu_);
     done_ = true;
@@ -197,7 +197,7 @@ void RestoreHandle::CompleteRead(uint32_t idx, const Status& status) {
   // `self` may drop the last reference here, after the lock is released.
 }
 
-void RestoreHandle::ReportLayers() {
+void ReaderHandle::ReportLayers() {
   if (!on_layer_) return;
   std::lock_guard<std::mutex> report(report_mu_);
   std::vector<std::pair<uint32_t, Status>> ready;
@@ -214,7 +214,7 @@ void RestoreHandle::ReportLayers() {
 // ---------------------------------------------------------------------------------------------
 // RestoreReader
 
-RestoreReader::RestoreReader(IoEngine& engine, const RestoreOptions& options)
+RestoreReader::RestoreReader(IoEngine& engine, const ReaderOptions& options)
     : engine_(engine), options_(options), coalesce_(options.coalesce) {}
 
 bool RestoreReader::BuildVectored(const CoalescePlan& p, const MergedRead& r,
@@ -259,7 +259,7 @@ bool RestoreReader::BuildVectored(const CoalescePlan& p, const MergedRead& r,
 }
 
 Result<std::unique_ptr<RestoreReader>> RestoreReader::Create(IoEngine& engine,
-                                                             const RestoreOptions& options) {
+                                                             const ReaderOptions& options) {
   FC_RETURN_IF_ERROR(ValidateCoalesceOptions(options.coalesce));
   if (options.vector_alignment == 0 || !std::has_single_bit(options.vector_alignment)) {
     return Status::InvalidArgument("restore: vector_alignment must be a power of two, got " +
@@ -326,11 +326,11 @@ RestoreReader::~RestoreReader() {
   std::free(discard_);
 }
 
-Result<std::shared_ptr<RestoreHandle>> RestoreReader::Start(std::span<const SliceRead> slices,
+Result<std::shared_ptr<ReaderHandle>> RestoreReader::Start(std::span<const SliceRead> slices,
                                                             uint32_t num_layers,
                                                             LayerCallback on_layer,
                                                             SliceCallback on_slice,
-                                                            std::shared_ptr<RestoreHandle> after) {
+                                                            std::shared_ptr<ReaderHandle> after) {
   if (after != nullptr && after->reader_ != this) {
     return Status::InvalidArgument("restore: `after` was started on another reader");
   }
@@ -343,7 +343,7 @@ Result<std::shared_ptr<RestoreHandle>> RestoreReader::Start(std::span<const Slic
                                    " >= num_layers " + std::to_string(num_layers));
   }
   FC_ASSIGN_OR_RETURN(CoalescePlan plan, PlanReads(slices, coalesce_));
-  std::shared_ptr<RestoreHandle> h(new RestoreHandle(this, std::move(plan), num_layers,
+  std::shared_ptr<ReaderHandle> h(new ReaderHandle(this, std::move(plan), num_layers,
                                                      std::move(on_layer), std::move(on_slice)));
   const CoalescePlan& p = h->plan_;
   h->layer_left_.assign(num_layers, 0);
@@ -381,9 +381,9 @@ Result<std::shared_ptr<RestoreHandle>> RestoreReader::Start(std::span<const Slic
     }
     direct = direct && expect_off == r.offset + r.len;
     min_layer[i] = ml;
-    RestoreHandle::ReadState& rs = h->reads_[i];
+    ReaderHandle::ReadState& rs = h->reads_[i];
     if (direct) {
-      rs.mode = RestoreHandle::Mode::kDirect;
+      rs.mode = ReaderHandle::Mode::kDirect;
       rs.buf = p.slices[r.first_slice].dest + (r.offset - p.slices[r.first_slice].offset);
     } else if (options_.allow_vectored) {
       const size_t first = h->iov_.size();
@@ -391,7 +391,7 @@ Result<std::shared_ptr<RestoreHandle>> RestoreReader::Start(std::span<const Slic
       if (lines_up && r.len < options_.min_vector_entry_bytes * (h->iov_.size() - first)) {
         h->iov_.resize(first);  // entries too small: one contiguous read and a copy is faster
       } else if (lines_up) {
-        rs.mode = RestoreHandle::Mode::kVectored;
+        rs.mode = ReaderHandle::Mode::kVectored;
         rs.iov_first = static_cast<uint32_t>(first);
         rs.iov_count = static_cast<uint32_t>(h->iov_.size() - first);
         rs.ops = (rs.iov_count + options_.max_iovecs - 1) / options_.max_iovecs;
@@ -427,7 +427,7 @@ Status RestoreReader::Restore(std::span<const SliceRead> slices) {
   return handle->Wait();
 }
 
-RestoreStats RestoreReader::stats() const {
+ReaderStats RestoreReader::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return totals_;
 }
@@ -450,12 +450,12 @@ uint64_t RestoreReader::RingAllocate(uint64_t len) {
   return start;
 }
 
-void RestoreReader::Release(const RestoreHandle::ReadState& read, uint64_t len) {
+void RestoreReader::Release(const ReaderHandle::ReadState& read, uint64_t len) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!read.issued) return;  // skipped after an error: it never took any budget
     inflight_ -= std::min(inflight_, len);
-    if (read.mode == RestoreHandle::Mode::kScattered && read.ring_pos != kNone) {
+    if (read.mode == ReaderHandle::Mode::kScattered && read.ring_pos != kNone) {
       auto it = std::lower_bound(ring_.begin(), ring_.end(), read.ring_pos,
                                  [](const RingBlock& b, uint64_t pos) { return b.start < pos; });
       if (it != ring_.end() && it->start == read.ring_pos) it->freed = true;
@@ -468,7 +468,7 @@ void RestoreReader::Release(const RestoreHandle::ReadState& read, uint64_t len) 
   IssueFreedSpace();
 }
 
-void RestoreReader::HandleDone(const RestoreStats& s) {
+void RestoreReader::HandleDone(const ReaderStats& s) {
   std::lock_guard<std::mutex> lock(mu_);
   totals_.reads_issued += s.reads_issued;
   totals_.bytes_read += s.bytes_read;
@@ -482,9 +482,9 @@ void RestoreReader::HandleDone(const RestoreStats& s) {
   cv_.notify_all();
 }
 
-void RestoreReader::AppendVectoredOps(RestoreHandle& h, uint32_t idx, std::vector<IoOp>* batch) {
+void RestoreReader::AppendVectoredOps(ReaderHandle& h, uint32_t idx, std::vector<IoOp>* batch) {
   const MergedRead& r = h.plan_.reads[idx];
-  const RestoreHandle::ReadState& rs = h.reads_[idx];
+  const ReaderHandle::ReadState& rs = h.reads_[idx];
   uint64_t offset = r.offset;
   for (uint32_t k = 0; k < rs.iov_count; k += options_.max_iovecs) {
     const iovec* v = &h.iov_[rs.iov_first + k];
@@ -501,13 +501,13 @@ void RestoreReader::AppendVectoredOps(RestoreHandle& h, uint32_t idx, std::vecto
   h.vectored_ops_.fetch_add(rs.ops, std::memory_order_relaxed);
 }
 
-std::shared_ptr<RestoreHandle> RestoreReader::TakeBatch(std::vector<IoOp>* batch,
+std::shared_ptr<ReaderHandle> RestoreReader::TakeBatch(std::vector<IoOp>* batch,
                                                         std::vector<uint32_t>* skipped,
                                                         bool* window_full) {
   *window_full = false;
   if (queue_.empty()) return nullptr;
   const size_t first_op = batch->size();
-  std::shared_ptr<RestoreHandle> h = queue_.front();
+  std::shared_ptr<ReaderHandle> h = queue_.front();
   const CoalescePlan& p = h->plan_;
   if (h->after_ != nullptr && !h->failed_.load(std::memory_order_relaxed) &&
       h->after_->device_left_.load(std::memory_order_relaxed) > 0) {
@@ -523,14 +523,14 @@ std::shared_ptr<RestoreHandle> RestoreReader::TakeBatch(std::vector<IoOp>* batch
       continue;
     }
     const MergedRead& r = p.reads[idx];
-    RestoreHandle::ReadState& rs = h->reads_[idx];
+    ReaderHandle::ReadState& rs = h->reads_[idx];
     // One budget of bytes in flight for every mode (a lone read larger than the window still
     // goes); staged reads also need their space in the window.
     if (inflight_ > 0 && inflight_ + r.len > window_bytes_) {
       *window_full = true;
       break;
     }
-    if (rs.mode == RestoreHandle::Mode::kScattered) {
+    if (rs.mode == ReaderHandle::Mode::kScattered) {
       const uint64_t pos = RingAllocate(AlignUp(r.len, kStagingAlign));
       if (pos == kNone) {
         *window_full = true;
@@ -542,10 +542,10 @@ std::shared_ptr<RestoreHandle> RestoreReader::TakeBatch(std::vector<IoOp>* batch
     }
     inflight_ += r.len;
     rs.issued = true;
-    if (rs.mode == RestoreHandle::Mode::kVectored) {
+    if (rs.mode == ReaderHandle::Mode::kVectored) {
       AppendVectoredOps(*h, idx, batch);
     } else {
-      if (rs.mode == RestoreHandle::Mode::kDirect) {
+      if (rs.mode == ReaderHandle::Mode::kDirect) {
         h->direct_.fetch_add(1, std::memory_order_relaxed);
       }
       batch->push_back(IoOp{IoOpcode::kRead, r.file, r.offset, rs.buf, r.len, idx});
@@ -563,7 +563,7 @@ void RestoreReader::IssueFreedSpace() {
   // (posix), and their releases leave the issuing to the issuer thread rather than recurse.
   thread_local bool submitting = false;
   thread_local std::vector<IoOp> batch;
-  std::shared_ptr<RestoreHandle> h;
+  std::shared_ptr<ReaderHandle> h;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (submitting) {
@@ -589,7 +589,7 @@ void RestoreReader::IssueLoop() {
   for (;;) {
     batch.clear();
     skipped.clear();
-    std::shared_ptr<RestoreHandle> h;
+    std::shared_ptr<ReaderHandle> h;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });

@@ -11,7 +11,7 @@
 //     so they must be whole multiples of vector_alignment too. A read with more than max_iovecs
 //     entries is split into several ops at entry boundaries;
 //   - any other read lands in the staging window and its slices are copied out ("scattered").
-// Completion is reported per layer: RestoreHandle::WaitLayer(l) blocks until every byte of layer l
+// Completion is reported per layer: ReaderHandle::WaitLayer(l) blocks until every byte of layer l
 // has landed (or failed), and an optional callback is invoked once per layer, in layer order, so a
 // consumer can start on layer l while later layers are still in flight.
 //
@@ -35,7 +35,7 @@
 // taken in issue order (earliest layer first), but batches taken by two threads at once may reach
 // the engine in either order. The engine's threads also run the scatter and the layer callbacks.
 // Callbacks must not block on later layers of the same restore, nor destroy the reader. A
-// RestoreHandle may be waited on from several threads. After the first error a restore issues
+// ReaderHandle may be waited on from several threads. After the first error a restore issues
 // nothing more: its remaining reads fail with that error.
 #pragma once
 
@@ -54,7 +54,7 @@
 
 namespace flatcake {
 
-struct RestoreOptions {
+struct ReaderOptions {
   uint64_t window_bytes = 128ull << 20;  // staging window; also the in-flight byte budget
   CoalesceOptions coalesce;              // max_io is lowered to the window when larger
   bool register_window = true;           // offer the window to the engine as a fixed buffer
@@ -73,7 +73,7 @@ struct RestoreOptions {
   uint64_t min_vector_entry_bytes = 128ull << 10;
 };
 
-struct RestoreStats {
+struct ReaderStats {
   uint64_t reads_issued = 0;     // engine read ops submitted (a split vectored read counts each op)
   uint64_t bytes_read = 0;       // bytes transferred from the files (including gaps, alignment)
   uint64_t bytes_delivered = 0;  // slice bytes landed in their destinations
@@ -98,9 +98,9 @@ using SliceCallback = std::function<void(const SliceRead& slice, const uint8_t* 
 
 class RestoreReader;
 
-class RestoreHandle : public IoCompletionSink {
+class ReaderHandle : public IoCompletionSink {
  public:
-  ~RestoreHandle() override = default;
+  ~ReaderHandle() override = default;
   // Blocks until every slice of `layer` has landed or failed; returns that layer's status.
   Status WaitLayer(uint32_t layer);
   // Blocks until every read finished; returns OK or the first error.
@@ -111,7 +111,7 @@ class RestoreHandle : public IoCompletionSink {
   // REQUIRES: the reader that started it is alive.
   void Cancel(const Status& why);
   uint32_t num_layers() const { return num_layers_; }
-  RestoreStats stats() const;
+  ReaderStats stats() const;
   const CoalescePlan& plan() const { return plan_; }
 
   void OnIoComplete(uint64_t tag, const Status& status) override;
@@ -130,7 +130,7 @@ class RestoreHandle : public IoCompletionSink {
     uint32_t ops_left = 1;  // GUARDED_BY(mu_) when ops > 1: ops not yet completed
     Status op_error;        // GUARDED_BY(mu_): first error among the read's ops
   };
-  RestoreHandle(RestoreReader* reader, CoalescePlan plan, uint32_t num_layers, LayerCallback cb,
+  ReaderHandle(RestoreReader* reader, CoalescePlan plan, uint32_t num_layers, LayerCallback cb,
                 SliceCallback on_slice);
 
   // Lands read `idx` (or accounts for its failure) and reports layers that became complete.
@@ -158,7 +158,7 @@ class RestoreHandle : public IoCompletionSink {
   std::atomic<size_t> device_left_{0};
   // Fixed once Start returns; held until this handle is destroyed, so that `after`'s callbacks
   // are never destroyed under the reader's lock.
-  std::shared_ptr<RestoreHandle> after_;
+  std::shared_ptr<ReaderHandle> after_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -168,7 +168,7 @@ class RestoreHandle : public IoCompletionSink {
   uint32_t next_report_ = 0;                  // GUARDED_BY(mu_)
   Status first_error_;                        // GUARDED_BY(mu_)
   bool done_ = false;                         // GUARDED_BY(mu_)
-  std::shared_ptr<RestoreHandle> keepalive_;  // GUARDED_BY(mu_): set while reads are pending
+  std::shared_ptr<ReaderHandle> keepalive_;  // GUARDED_BY(mu_): set while reads are pending
   std::mutex report_mu_;                      // serialises callbacks so they run in layer order
 
   std::atomic<uint64_t> reads_issued_{0}, bytes_read_{0}, bytes_delivered_{0}, direct_{0},
@@ -179,7 +179,7 @@ class RestoreReader {
  public:
   // REQUIRES: `engine` has its files registered and outlives the reader.
   static Result<std::unique_ptr<RestoreReader>> Create(IoEngine& engine,
-                                                       const RestoreOptions& options);
+                                                       const ReaderOptions& options);
   // Waits for every restore started on this reader to finish.
   ~RestoreReader();
   RestoreReader(const RestoreReader&) = delete;
@@ -190,22 +190,22 @@ class RestoreReader {
   // handle is done. Fails only on bad input (see PlanReads, and a layer >= num_layers). With
   // `after` (a restore started earlier on this reader), this one's reads wait until every read of
   // `after` is back from the device; restores started later wait behind this one as usual.
-  Result<std::shared_ptr<RestoreHandle>> Start(std::span<const SliceRead> slices,
+  Result<std::shared_ptr<ReaderHandle>> Start(std::span<const SliceRead> slices,
                                                uint32_t num_layers = 0,
                                                LayerCallback on_layer = nullptr,
                                                SliceCallback on_slice = nullptr,
-                                               std::shared_ptr<RestoreHandle> after = nullptr);
+                                               std::shared_ptr<ReaderHandle> after = nullptr);
   // Start + Wait.
   Status Restore(std::span<const SliceRead> slices);
 
-  RestoreStats stats() const;  // cumulative over all restores
+  ReaderStats stats() const;  // cumulative over all restores
   bool window_registered() const { return window_registered_; }
   uint64_t window_bytes() const { return window_bytes_; }
   const CoalesceOptions& coalesce_options() const { return coalesce_; }
 
  private:
-  friend class RestoreHandle;
-  RestoreReader(IoEngine& engine, const RestoreOptions& options);
+  friend class ReaderHandle;
+  RestoreReader(IoEngine& engine, const ReaderOptions& options);
 
   // The issuer thread: submits queued restores' reads as window space frees, and fails the reads
   // of a restore that already failed.
@@ -215,7 +215,7 @@ class RestoreReader {
   // with skipped == nullptr it stops there instead. *window_full tells whether it stopped for
   // lack of window space or because the restore waits for the one it was started after (either
   // way a completion wakes it). REQUIRES: mu_ held.
-  std::shared_ptr<RestoreHandle> TakeBatch(std::vector<IoOp>* batch, std::vector<uint32_t>* skipped,
+  std::shared_ptr<ReaderHandle> TakeBatch(std::vector<IoOp>* batch, std::vector<uint32_t>* skipped,
                                            bool* window_full);
   // Called by the thread that just freed window space (an I/O worker, in Release): submits the
   // reads that now fit itself, so the device is fed without waking the issuer thread and waiting
@@ -225,15 +225,15 @@ class RestoreReader {
   // in place (see the header comment); otherwise leaves `*iov` as it was and returns false.
   bool BuildVectored(const CoalescePlan& p, const MergedRead& r, std::vector<iovec>* iov) const;
   // Appends the ops of vectored read `idx` (max_iovecs entries each) to `*batch`.
-  void AppendVectoredOps(RestoreHandle& h, uint32_t idx, std::vector<IoOp>* batch);
+  void AppendVectoredOps(ReaderHandle& h, uint32_t idx, std::vector<IoOp>* batch);
   // Staging ring: returns the absolute position of `len` bytes, or ~0 when they do not fit now.
   uint64_t RingAllocate(uint64_t len);  // REQUIRES: mu_ held
   // Gives a landed (or failed) read's window space back and issues what now fits.
-  void Release(const RestoreHandle::ReadState& read, uint64_t len);
-  void HandleDone(const RestoreStats& s);
+  void Release(const ReaderHandle::ReadState& read, uint64_t len);
+  void HandleDone(const ReaderStats& s);
 
   IoEngine& engine_;
-  const RestoreOptions options_;
+  const ReaderOptions options_;
   CoalesceOptions coalesce_;
   uint64_t window_bytes_ = 0;
   uint8_t* window_ = nullptr;
@@ -252,10 +252,10 @@ class RestoreReader {
   uint64_t ring_head_ = 0;                            // GUARDED_BY(mu_)
   uint64_t ring_tail_ = 0;                            // GUARDED_BY(mu_)
   uint64_t inflight_ = 0;                             // GUARDED_BY(mu_); bytes of issued reads
-  std::deque<std::shared_ptr<RestoreHandle>> queue_;  // GUARDED_BY(mu_)
+  std::deque<std::shared_ptr<ReaderHandle>> queue_;  // GUARDED_BY(mu_)
   size_t active_ = 0;                                 // GUARDED_BY(mu_): restores not yet done
   bool stop_ = false;                                 // GUARDED_BY(mu_)
-  RestoreStats totals_;                               // GUARDED_BY(mu_)
+  ReaderStats totals_;                               // GUARDED_BY(mu_)
   std::thread issuer_;
 };
 

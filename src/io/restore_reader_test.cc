@@ -58,7 +58,7 @@ class RestoreTest : public ::testing::TestWithParam<IoEngineKind> {
   }
 
   std::unique_ptr<RestoreReader> Reader(uint64_t window, IoEngine* engine = nullptr) {
-    RestoreOptions o;
+    ReaderOptions o;
     o.min_vector_entry_bytes = 0;  // vector any read that lines up
     o.window_bytes = window;
     auto r = RestoreReader::Create(engine ? *engine : *engine_, o);
@@ -116,7 +116,7 @@ TEST_P(RestoreTest, ScattersByteExactIntoUnalignedDestinations) {
   ASSERT_TRUE(reader->Restore(slices).ok());
   EXPECT_EQ(Mismatches(slices), 0u);
   EXPECT_EQ(CanariesOverwritten(dest, slices), 0u);
-  const RestoreStats st = reader->stats();
+  const ReaderStats st = reader->stats();
   uint64_t requested = 0;
   for (const auto& s : slices) requested += s.len;
   EXPECT_EQ(st.bytes_delivered, requested);
@@ -140,7 +140,7 @@ TEST_P(RestoreTest, AlignedContiguousDestinationsAreReadDirectly) {
   auto reader = Reader(1 << 20);
   ASSERT_TRUE(reader->Restore(slices).ok());
   EXPECT_EQ(Mismatches(slices), 0u);
-  const RestoreStats st = reader->stats();
+  const ReaderStats st = reader->stats();
   EXPECT_GT(st.direct_reads, 0u);
   EXPECT_EQ(st.scattered_reads, 0u);
   EXPECT_EQ(st.bytes_read, layers * blocks * slice);
@@ -159,7 +159,7 @@ TEST_P(RestoreTest, LayersCompleteInOrderAndWindowSmallerThanALayer) {
     }
   }
   std::shuffle(slices.begin(), slices.end(), std::mt19937_64(5));
-  RestoreOptions o;
+  ReaderOptions o;
   o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = 64 << 10;
   auto made = RestoreReader::Create(*engine_, o);
@@ -200,7 +200,7 @@ TEST_P(RestoreTest, ReadErrorFailsItsLayerAndTheRestore) {
   spec.range_begin = 3 * layer_bytes + 100;  // inside layer 3
   spec.range_end = spec.range_begin + 1;
   fi.SetReadFault(spec);
-  RestoreOptions o;
+  ReaderOptions o;
   o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = 1 << 20;
   o.coalesce.max_io = layer_bytes;  // one read per layer
@@ -229,7 +229,7 @@ TEST_P(RestoreTest, ReaderStaysUsableAfterAFailedDirectRestore) {
   for (uint64_t off = 0; off < bytes; off += 65536) {
     slices.push_back(SliceRead{0, off, 65536, dest.get() + off, static_cast<uint32_t>(off >> 20)});
   }
-  RestoreOptions o;
+  ReaderOptions o;
   o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = 256 << 10;    // most reads are still unissued when the first one fails
   auto made = RestoreReader::Create(fi, o);
@@ -251,7 +251,7 @@ TEST_P(RestoreTest, InjectedShortReadSurfacesAsEndOfFile) {
   fi.SetReadFault(spec);
   std::vector<uint8_t> dest(1 << 20);
   std::vector<SliceRead> slices = {SliceRead{1, 0, 1 << 20, dest.data(), 0}};
-  auto made = RestoreReader::Create(fi, RestoreOptions{});
+  auto made = RestoreReader::Create(fi, ReaderOptions{});
   ASSERT_TRUE(made.ok());
   Status s = (*made)->Restore(slices);
   EXPECT_TRUE(s.IsIOError());
@@ -293,7 +293,7 @@ TEST_P(RestoreTest, EmptyLayersAndBadInput) {
   auto empty = reader->Start({});
   ASSERT_TRUE(empty.ok());
   EXPECT_TRUE((*empty)->Wait().ok());
-  EXPECT_TRUE(RestoreReader::Create(*engine_, RestoreOptions{100}).status().IsInvalidArgument());
+  EXPECT_TRUE(RestoreReader::Create(*engine_, ReaderOptions{100}).status().IsInvalidArgument());
 }
 
 // A session as the store lays it out on SSD: file offset ((l * planes + p) * blocks + b) * slice
@@ -332,7 +332,7 @@ TEST_P(RestoreTest, BlockContiguousDestinationsOfLayerMajorFileAreReadVectored) 
   ASSERT_TRUE((*h)->Wait().ok());
   EXPECT_EQ(Mismatches(slices), 0u);
   EXPECT_EQ(order, (std::vector<uint32_t>{0, 1, 2, 3}));
-  const RestoreStats st = reader->stats();
+  const ReaderStats st = reader->stats();
   EXPECT_EQ(st.vectored_reads, total / (1 << 20));  // one per window-sized read
   EXPECT_EQ(st.vectored_ops, st.vectored_reads);
   EXPECT_EQ(st.scattered_reads, 0u);
@@ -345,7 +345,7 @@ TEST_P(RestoreTest, BlockContiguousDestinationsOfLayerMajorFileAreReadVectored) 
   }
 
   // The same restore with vectored reads disabled takes the staging path.
-  RestoreOptions o;
+  ReaderOptions o;
   o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = 1 << 20;
   o.allow_vectored = false;
@@ -361,7 +361,7 @@ TEST_P(RestoreTest, BlockContiguousDestinationsOfLayerMajorFileAreReadVectored) 
 TEST_P(RestoreTest, SmallEntriesAreStagedAndLargeOnesVectoredByDefault) {
   // The same layer-major session twice: 16 KiB slices average below the default
   // min_vector_entry_bytes (one contiguous read and a copy), 256 KiB slices above it (in place).
-  const RestoreOptions defaults;
+  const ReaderOptions defaults;
   ASSERT_GT(defaults.min_vector_entry_bytes, 16384u);
   ASSERT_LE(defaults.min_vector_entry_bytes, 256u << 10);
   for (const uint64_t slice : {uint64_t{16384}, uint64_t{256} << 10}) {
@@ -370,13 +370,13 @@ TEST_P(RestoreTest, SmallEntriesAreStagedAndLargeOnesVectoredByDefault) {
     auto dest = AllocAligned(total);
     std::memset(dest.get(), 0, total);
     auto slices = LayerMajorSession(1, 0, layers, planes, blocks, slice, dest.get());
-    RestoreOptions o;
+    ReaderOptions o;
     o.window_bytes = 4 << 20;
     auto made = RestoreReader::Create(*engine_, o);
     ASSERT_TRUE(made.ok());
     ASSERT_TRUE((*made)->Restore(slices).ok());
     EXPECT_EQ(Mismatches(slices), 0u) << slice;
-    const RestoreStats st = (*made)->stats();
+    const ReaderStats st = (*made)->stats();
     const uint64_t reads = st.vectored_reads + st.scattered_reads + st.direct_reads;
     EXPECT_GT(reads, 0u);
     EXPECT_EQ(st.bytes_delivered, total);
@@ -397,7 +397,7 @@ TEST_P(RestoreTest, VectoredReadsSplitAtIovMax) {
   for (uint64_t i = 0; i < n; ++i) {
     slices.push_back(SliceRead{0, i * slice, slice, dest.get() + (n - 1 - i) * slice, 0});
   }
-  RestoreOptions o;
+  ReaderOptions o;
   o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = kFileBytes;
   o.coalesce.max_io = kFileBytes;
@@ -405,7 +405,7 @@ TEST_P(RestoreTest, VectoredReadsSplitAtIovMax) {
   ASSERT_TRUE(made.ok());
   ASSERT_TRUE((*made)->Restore(slices).ok());
   EXPECT_EQ(Mismatches(slices), 0u);
-  RestoreStats st = (*made)->stats();
+  ReaderStats st = (*made)->stats();
   EXPECT_EQ(st.vectored_reads, 1u);
   EXPECT_EQ(st.vectored_ops, n / kMaxIoVecs);
   EXPECT_EQ(st.reads_issued, n / kMaxIoVecs);
@@ -460,7 +460,7 @@ TEST_P(RestoreTest, MixedAlignedAndUnalignedDestinationsFallBack) {
   ASSERT_LE(d, canvas.data() + canvas.size());
   std::shuffle(slices.begin(), slices.end(), std::mt19937_64(4));
 
-  RestoreOptions o;
+  ReaderOptions o;
   o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = 4 << 20;
   o.coalesce.max_gap = 16384;  // bridges C's and D's holes, not the space between regions
@@ -469,7 +469,7 @@ TEST_P(RestoreTest, MixedAlignedAndUnalignedDestinationsFallBack) {
   ASSERT_TRUE((*made)->Restore(slices).ok());
   EXPECT_EQ(Mismatches(slices), 0u);
   EXPECT_EQ(CanariesOverwritten(canvas, slices), 0u);
-  const RestoreStats st = (*made)->stats();
+  const ReaderStats st = (*made)->stats();
   EXPECT_EQ(st.vectored_reads, 2u);   // A and C
   EXPECT_EQ(st.scattered_reads, 2u);  // B and D
   EXPECT_EQ(st.direct_reads, 0u);
@@ -495,7 +495,7 @@ TEST_P(RestoreTest, ContinuingDestinationsShareOneIovec) {
   // 8 iovecs, so a cap of 4 per op makes 2 ops (16 entries would make 4).
   auto dest = AllocAligned(16 * kPairSlice);
   auto slices = ReversedPairs(dest.get());
-  RestoreOptions o;
+  ReaderOptions o;
   o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = 1 << 20;
   o.max_iovecs = 4;
@@ -600,8 +600,8 @@ std::vector<SliceRead> StagedPieces(std::vector<uint8_t>* dest, uint64_t piece, 
   return slices;
 }
 
-RestoreOptions StagedOptions(uint64_t piece, uint64_t window_pieces) {
-  RestoreOptions o;
+ReaderOptions StagedOptions(uint64_t piece, uint64_t window_pieces) {
+  ReaderOptions o;
   o.window_bytes = window_pieces * piece;
   o.coalesce.max_io = piece;
   o.allow_vectored = false;
@@ -727,7 +727,7 @@ TEST_P(RestoreTest, CancelStopsIssuingAndWaitReturnsTheReason) {
 
 // Waits up to `seconds` for `h` to finish. A restore that never finishes would hang the reader's
 // destructor, so the test binary exits instead of hanging.
-void FinishWithin(const std::shared_ptr<RestoreHandle>& h, int seconds, const char* what) {
+void FinishWithin(const std::shared_ptr<ReaderHandle>& h, int seconds, const char* what) {
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::thread([h, done] {
     (void)h->Wait();
@@ -761,7 +761,7 @@ struct TwoRestores {
   std::vector<SliceRead> slices;
   std::unique_ptr<HoldingEngine> holding;
   std::unique_ptr<RestoreReader> reader;
-  std::shared_ptr<RestoreHandle> h1, h2;  // h2 stays null if anything failed
+  std::shared_ptr<ReaderHandle> h1, h2;  // h2 stays null if anything failed
 
   void StartAndSettle(IoEngine& base) {
     const uint64_t piece = 64 << 10;
@@ -861,7 +861,7 @@ TEST_P(RestoreTest, ARestoreAfterASplitVectoredReadWaitsForEveryOp) {
   // waits until both ops are back.
   auto dest = AllocAligned(16 * kPairSlice);
   auto first = ReversedPairs(dest.get());
-  RestoreOptions o;
+  ReaderOptions o;
   o.min_vector_entry_bytes = 0;
   o.window_bytes = 4 << 20;
   o.max_iovecs = 4;
@@ -1003,7 +1003,7 @@ TEST_P(RestoreTest, FailedOpOfASplitVectoredReadFailsTheRestore) {
   for (uint64_t i = 0; i < n; ++i) {
     slices.push_back(SliceRead{0, i * slice, slice, dest.get() + (n - 1 - i) * slice, 0});
   }
-  RestoreOptions o;
+  ReaderOptions o;
   o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = kFileBytes;
   o.coalesce.max_io = kFileBytes;
@@ -1056,7 +1056,7 @@ TEST_P(RestoreTest, SliceCallbackRunsOnceForEveryLandedSliceAndNeverForAFailedRe
         slices.push_back(SliceRead{0, off, slice, dest, l, l * blocks + b});
       }
     }
-    RestoreOptions o;
+    ReaderOptions o;
     o.min_vector_entry_bytes = 0;
     o.window_bytes = 1 << 20;
     o.coalesce.max_io = round == 1 || round == 3 ? 32 << 10 : 256 << 10;

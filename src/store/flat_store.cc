@@ -84,7 +84,7 @@ Status FlatStore::Init() {
   info_.io_engine = std::string(engine_->name());
   if (ssd_) {
     FC_RETURN_IF_ERROR(engine_->RegisterFiles(ssd_->fds()));
-    RestoreOptions ro;
+    ReaderOptions ro;
     ro.window_bytes = options_.read_window_bytes;
     ro.coalesce.max_gap = options_.max_gap_bytes;
     ro.coalesce.max_io = options_.max_io_bytes;

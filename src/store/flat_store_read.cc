@@ -217,7 +217,7 @@ Status FlatStore::ReadSsd(size_t blocks, const SliceSource& source, const KvLayo
     bool first_reported = false;  // the first restore's layer 0 went out
     std::vector<uint32_t> held;   // the rest's OK layers that completed before that, in order
     Status first_failed;          // layer 0's error
-    RestoreHandle* rest = nullptr;
+    ReaderHandle* rest = nullptr;
   } gate;
   LayerCallback cb_first = [&](uint32_t layer, const Status& st) {
     if (!split) {
@@ -245,8 +245,8 @@ Status FlatStore::ReadSsd(size_t blocks, const SliceSource& source, const KvLayo
       gate.held.push_back(layer);
     }
   };
-  auto count = [result](const RestoreHandle& h) {
-    const RestoreStats rs = h.stats();
+  auto count = [result](const ReaderHandle& h) {
+    const ReaderStats rs = h.stats();
     result->ssd_bytes_read += rs.bytes_read;
     result->ssd_reads += rs.reads_issued;
     result->ssd_reads_in_place += rs.direct_reads + rs.vectored_ops;
