@@ -30,7 +30,7 @@ inline void Intersect(const SliceRead& s, const MergedRead& r, uint64_t* lo, uin
 // ReaderHandle
 
 ReaderHandle::ReaderHandle(RestoreReader* reader, CoalescePlan plan, uint32_t num_layers,
-                             LayerCallback cb, SliceCallback on_slice)
+                           LayerCallback cb, SliceCallback on_slice)
     : reader_(reader),
       plan_(std::move(plan)),
       num_layers_(num_layers),
@@ -327,10 +327,10 @@ RestoreReader::~RestoreReader() {
 }
 
 Result<std::shared_ptr<ReaderHandle>> RestoreReader::Start(std::span<const SliceRead> slices,
-                                                            uint32_t num_layers,
-                                                            LayerCallback on_layer,
-                                                            SliceCallback on_slice,
-                                                            std::shared_ptr<ReaderHandle> after) {
+                                                           uint32_t num_layers,
+                                                           LayerCallback on_layer,
+                                                           SliceCallback on_slice,
+                                                           std::shared_ptr<ReaderHandle> after) {
   if (after != nullptr && after->reader_ != this) {
     return Status::InvalidArgument("restore: `after` was started on another reader");
   }
@@ -344,7 +344,7 @@ Result<std::shared_ptr<ReaderHandle>> RestoreReader::Start(std::span<const Slice
   }
   FC_ASSIGN_OR_RETURN(CoalescePlan plan, PlanReads(slices, coalesce_));
   std::shared_ptr<ReaderHandle> h(new ReaderHandle(this, std::move(plan), num_layers,
-                                                     std::move(on_layer), std::move(on_slice)));
+                                                   std::move(on_layer), std::move(on_slice)));
   const CoalescePlan& p = h->plan_;
   h->layer_left_.assign(num_layers, 0);
   h->layer_status_.assign(num_layers, Status::OK());
@@ -502,8 +502,8 @@ void RestoreReader::AppendVectoredOps(ReaderHandle& h, uint32_t idx, std::vector
 }
 
 std::shared_ptr<ReaderHandle> RestoreReader::TakeBatch(std::vector<IoOp>* batch,
-                                                        std::vector<uint32_t>* skipped,
-                                                        bool* window_full) {
+                                                       std::vector<uint32_t>* skipped,
+                                                       bool* window_full) {
   *window_full = false;
   if (queue_.empty()) return nullptr;
   const size_t first_op = batch->size();

@@ -131,7 +131,7 @@ class ReaderHandle : public IoCompletionSink {
     Status op_error;        // GUARDED_BY(mu_): first error among the read's ops
   };
   ReaderHandle(RestoreReader* reader, CoalescePlan plan, uint32_t num_layers, LayerCallback cb,
-                SliceCallback on_slice);
+               SliceCallback on_slice);
 
   // Lands read `idx` (or accounts for its failure) and reports layers that became complete.
   void CompleteRead(uint32_t idx, const Status& status);
@@ -162,14 +162,14 @@ class ReaderHandle : public IoCompletionSink {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<uint64_t> layer_left_;          // GUARDED_BY(mu_): bytes not yet landed per layer
-  std::vector<Status> layer_status_;          // GUARDED_BY(mu_)
-  size_t reads_left_ = 0;                     // GUARDED_BY(mu_)
-  uint32_t next_report_ = 0;                  // GUARDED_BY(mu_)
-  Status first_error_;                        // GUARDED_BY(mu_)
-  bool done_ = false;                         // GUARDED_BY(mu_)
+  std::vector<uint64_t> layer_left_;         // GUARDED_BY(mu_): bytes not yet landed per layer
+  std::vector<Status> layer_status_;         // GUARDED_BY(mu_)
+  size_t reads_left_ = 0;                    // GUARDED_BY(mu_)
+  uint32_t next_report_ = 0;                 // GUARDED_BY(mu_)
+  Status first_error_;                       // GUARDED_BY(mu_)
+  bool done_ = false;                        // GUARDED_BY(mu_)
   std::shared_ptr<ReaderHandle> keepalive_;  // GUARDED_BY(mu_): set while reads are pending
-  std::mutex report_mu_;                      // serialises callbacks so they run in layer order
+  std::mutex report_mu_;                     // serialises callbacks so they run in layer order
 
   std::atomic<uint64_t> reads_issued_{0}, bytes_read_{0}, bytes_delivered_{0}, direct_{0},
       scattered_{0}, vectored_{0}, vectored_ops_{0};
@@ -191,10 +191,10 @@ class RestoreReader {
   // `after` (a restore started earlier on this reader), this one's reads wait until every read of
   // `after` is back from the device; restores started later wait behind this one as usual.
   Result<std::shared_ptr<ReaderHandle>> Start(std::span<const SliceRead> slices,
-                                               uint32_t num_layers = 0,
-                                               LayerCallback on_layer = nullptr,
-                                               SliceCallback on_slice = nullptr,
-                                               std::shared_ptr<ReaderHandle> after = nullptr);
+                                              uint32_t num_layers = 0,
+                                              LayerCallback on_layer = nullptr,
+                                              SliceCallback on_slice = nullptr,
+                                              std::shared_ptr<ReaderHandle> after = nullptr);
   // Start + Wait.
   Status Restore(std::span<const SliceRead> slices);
 
@@ -216,7 +216,7 @@ class RestoreReader {
   // lack of window space or because the restore waits for the one it was started after (either
   // way a completion wakes it). REQUIRES: mu_ held.
   std::shared_ptr<ReaderHandle> TakeBatch(std::vector<IoOp>* batch, std::vector<uint32_t>* skipped,
-                                           bool* window_full);
+                                          bool* window_full);
   // Called by the thread that just freed window space (an I/O worker, in Release): submits the
   // reads that now fit itself, so the device is fed without waking the issuer thread and waiting
   // for it to be scheduled (on a busy machine, behind the very workers that are copying).
@@ -248,13 +248,13 @@ class RestoreReader {
     uint64_t len;
     bool freed;
   };
-  std::deque<RingBlock> ring_;                        // GUARDED_BY(mu_), in start order
-  uint64_t ring_head_ = 0;                            // GUARDED_BY(mu_)
-  uint64_t ring_tail_ = 0;                            // GUARDED_BY(mu_)
-  uint64_t inflight_ = 0;                             // GUARDED_BY(mu_); bytes of issued reads
+  std::deque<RingBlock> ring_;                       // GUARDED_BY(mu_), in start order
+  uint64_t ring_head_ = 0;                           // GUARDED_BY(mu_)
+  uint64_t ring_tail_ = 0;                           // GUARDED_BY(mu_)
+  uint64_t inflight_ = 0;                            // GUARDED_BY(mu_); bytes of issued reads
   std::deque<std::shared_ptr<ReaderHandle>> queue_;  // GUARDED_BY(mu_)
-  size_t active_ = 0;                                 // GUARDED_BY(mu_): restores not yet done
-  bool stop_ = false;                                 // GUARDED_BY(mu_)
+  size_t active_ = 0;                                // GUARDED_BY(mu_): restores not yet done
+  bool stop_ = false;                                // GUARDED_BY(mu_)
   ReaderStats totals_;                               // GUARDED_BY(mu_)
   std::thread issuer_;
 };
