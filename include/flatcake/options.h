@@ -28,6 +28,8 @@ enum class DirectIoMode : uint8_t {
   kOff,   // buffered I/O
 };
 
+enum class RestoreScheduler : uint8_t { kMas = 0, kFcfs = 1 };
+
 struct StoreOptions {
   uint32_t node_id = 0;  // this node's id in the GVA NodeID field (0..4095)
 
@@ -62,6 +64,8 @@ struct StoreOptions {
   uint64_t write_staging_bytes = 32 * kMiB;  // gather buffer for SSD segment writes
   uint64_t max_gap_bytes = 64 * kKiB;        // Δgap: bridge holes up to this size when coalescing
   uint64_t max_io_bytes = 4 * kMiB;          // split merged reads at this size
+  RestoreScheduler scheduler =
+      RestoreScheduler::kMas;  // restore scheduling: FC-MAS, or one FCFS queue (for comparison)
 
   bool verify_checksums = true;  // verify every block's XXH3 checksum on read
 };

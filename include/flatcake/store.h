@@ -2,20 +2,32 @@
 // each batch of blocks is placed once, on its final medium, as one layer-major segment of a
 // session scope, and never migrates.
 //
-// Thread safety: every method may be called concurrently from any number of threads. Lookups
-// (Exists and the index part of Get) are lock-free; placement and allocation in Put take a short
-// internal mutex; data copies and I/O run outside it.
+// Restores are requests (paper §3.3, FC-MAS). Lookup tells a caller, from the GVAs alone, how many
+// leading blocks are present and the slowest medium among them. Restore starts a request and
+// returns a handle at once; the store's scheduler serves a request whose hits are all in DRAM at
+// once (on the calling thread), queues one that needs SSD by its response ratio
+// 1 + wait / kv_bytes and admits it as the read window frees, and hands finished requests back in
+// original-arrival order among those ready. Backpressure waits; it never aborts. Get is Restore +
+// Wait. StoreOptions::scheduler selects FC-MAS or one FCFS queue (for comparison).
+//
+// Thread safety: every method may be called concurrently from any number of threads, and a
+// RestoreHandle may be waited on from several threads. Lookups (Lookup, Exists and the index part
+// of Restore) take a shared batch-level lock, never a per-key one, and the index itself is
+// read without locks; placement and allocation in Put take a short internal mutex; data copies
+// and I/O run outside it.
 //
 // Guarantees:
 //  - Write-once: a key already present (or being written) is not rewritten; Put reports it as
 //    already_present.
-//  - A key becomes visible to Exists/Get only after its data is fully written.
-//  - Get never returns bytes of a reclaimed scope: readers pin the scope, and reclamation skips
-//    pinned scopes. Every block's checksum is verified on read; a mismatch is a miss and counted.
+//  - A key becomes visible to Lookup/Restore only after its data is fully written.
+//  - A restore never returns bytes of a reclaimed scope: it pins the scopes of its hits from
+//    Restore until it is done, and reclamation skips pinned scopes. Every block's checksum is
+//    verified on read; a mismatch is a miss and counted.
 //  - Errors (bad layout, null buffers, no space, I/O errors) come back as a Status; the store stays
 //    usable and everything published before stays readable.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "flatcake/clock.h"
 #include "flatcake/gva.h"
 #include "flatcake/key.h"
 #include "flatcake/layout.h"
@@ -53,10 +66,28 @@ struct PutResult {
   uint32_t segments = 0;  // segments created (more than 1 when an extent boundary split it)
 };
 
-struct GetOptions {
+// What Lookup found: the leading keys present, read from their GVAs.
+struct LookupResult {
+  uint32_t leading_hits = 0;  // number of leading keys present (published, not reclaimed)
+  // The slowest medium among the leading hits (kDram when there are none): what a restore of
+  // them waits for.
+  MediaType slowest_medium = MediaType::kDram;
+  uint64_t dram_bytes = 0;  // bytes of the leading hits on each medium
+  uint64_t ssd_bytes = 0;
+};
+
+// RestoreOptions::arrival_ns value meaning "when Restore is called".
+inline constexpr int64_t kArrivalNow = -1;
+
+struct RestoreOptions {
+  // When the request arrived, on SteadyNowNs's clock (flatcake/clock.h). A caller that received the
+  // request earlier (a serving engine's scheduler) passes that time: FC-MAS orders by it, and the
+  // wait it counts toward the response ratio starts there.
+  int64_t arrival_ns = kArrivalNow;
   // Called once per layer, in increasing layer order, when every requested block's slices of
-  // that layer are in the caller's memory. Checksums are verified when the whole block has
-  // arrived, so a block may still be reported as a miss after its layers were delivered.
+  // that layer are in the caller's memory; on the calling thread for a DRAM-ready request, on an
+  // I/O thread otherwise. Checksums are verified when the whole block has arrived, so a block may
+  // still be reported as a miss after its layers were delivered. Must not block on the restore.
   std::function<void(uint32_t layer)> on_layer;
 };
 
@@ -72,6 +103,30 @@ struct GetResult {
   // Of ssd_reads: those that landed straight in the destination buffers (their slices line up
   // with the file, aligned), not staged and copied.
   uint64_t ssd_reads_in_place = 0;
+  // Scheduling (ns on the steady clock): how long the request waited for the read window (0 for a
+  // DRAM-ready one), and how long its SSD reads took once admitted.
+  int64_t queued_ns = 0;
+  int64_t ssd_read_ns = 0;
+};
+
+// A restore in progress, returned by Store::Restore. The destination buffers must stay valid,
+// and untouched by the caller, until the restore is done. Destroying a handle before the restore
+// is done cancels it and waits for its reads to land.
+class RestoreHandle {
+ public:
+  virtual ~RestoreHandle() = default;
+  // Blocks until the restore is done; its result, or the error that failed it (Aborted when it
+  // was cancelled). May be called again, and from several threads.
+  virtual Result<GetResult> Wait() = 0;
+  // Blocks at most `timeout`; true when the restore is done.
+  virtual bool WaitFor(std::chrono::nanoseconds timeout) = 0;
+  // Blocks until layer `layer` of every requested block is in the caller's memory (OK), or the
+  // restore failed (its error). InvalidArgument for a layer out of range.
+  virtual Status WaitLayer(uint32_t layer) = 0;
+  virtual bool done() const = 0;
+  // Fails the restore with Aborted unless it is done: a request still waiting for the window is
+  // dropped from the queue; one whose reads are in flight issues no more reads. A no-op once done.
+  virtual void Cancel() = 0;
 };
 
 struct MediumStats {
@@ -90,7 +145,8 @@ struct MediumStats {
 struct StoreStats {
   MediumStats dram;
   MediumStats ssd;
-  uint64_t puts = 0, gets = 0, exists_calls = 0;
+  uint64_t puts = 0, gets = 0, exists_calls = 0;  // gets: Restore calls; exists_calls: Lookups
+  uint64_t restores_dram_ready = 0, restores_ssd = 0, restores_cancelled = 0;
   uint64_t blocks_written = 0, blocks_skipped_present = 0;
   uint64_t hits = 0, misses = 0, checksum_mismatches = 0;
   uint64_t io_errors = 0;
@@ -121,13 +177,23 @@ class Store {
   virtual Result<PutResult> Put(std::span<const Key> keys, const KvLayout& layout,
                                 const BlockBuffers& src, const WriteHints& hints = {}) = 0;
 
-  // Number of leading keys that are present (published and not reclaimed).
-  virtual size_t Exists(std::span<const Key> keys) = 0;
+  // The leading keys that are present, the slowest medium among them and their bytes per medium.
+  virtual LookupResult Lookup(std::span<const Key> keys) = 0;
+  // Number of leading keys that are present: Lookup(keys).leading_hits.
+  size_t Exists(std::span<const Key> keys) { return Lookup(keys).leading_hits; }
 
-  // Copies the blocks named by `keys` into `dst`. A missing key is a miss (found[i] = 0), not an
-  // error; a stored block whose layout differs from `layout` is InvalidArgument.
-  virtual Result<GetResult> Get(std::span<const Key> keys, const KvLayout& layout,
-                                const BlockBuffers& dst, const GetOptions& options = {}) = 0;
+  // Starts restoring the blocks named by `keys` into `dst` and returns at once (a DRAM-ready
+  // request is served before it returns). A missing key is a miss (found[i] = 0), not an error.
+  // Errors, before anything is read: bad buffers, or a stored block whose layout differs from
+  // `layout` (InvalidArgument). `keys` need not outlive the call; `dst`'s memory must outlive the
+  // restore.
+  virtual Result<std::unique_ptr<RestoreHandle>> Restore(std::span<const Key> keys,
+                                                         const KvLayout& layout,
+                                                         const BlockBuffers& dst,
+                                                         const RestoreOptions& options = {}) = 0;
+  // Restore + Wait.
+  Result<GetResult> Get(std::span<const Key> keys, const KvLayout& layout, const BlockBuffers& dst,
+                        const RestoreOptions& options = {});
 
   // Reclaims whole unpinned scopes of `medium`, oldest last use first, until its usage is at most
   // `target_fraction` of capacity. Returns the bytes freed. Runs automatically at the high

@@ -478,7 +478,7 @@ Result<Run> RestoreBench::FlatDirect() {
 Result<Run> RestoreBench::TimedGet(const BlockBuffers& dst) {
   const double c0 = CpuMs();
   Clock::time_point t0 = Clock::now(), first;
-  GetOptions go;
+  RestoreOptions go;
   go.on_layer = [&](uint32_t layer) {
     if (layer == 0) first = Clock::now();
   };

@@ -188,12 +188,15 @@ void ReaderHandle::CompleteRead(uint32_t idx, const Status& status) {
   // HandleDone the reader may be gone, so only the handle is touched below.
   reader_->HandleDone(stats());
   std::shared_ptr<ReaderHandle> self;
+  Status final_status;
   {
     std::lock_guard<std::mutex> lock(mu_);
     done_ = true;
     self = std::move(keepalive_);
+    final_status = first_error_;
     cv_.notify_all();
   }
+  if (on_done_) on_done_(final_status, stats());
   // `self` may drop the last reference here, after the lock is released.
 }
 
@@ -326,11 +329,9 @@ RestoreReader::~RestoreReader() {
   std::free(discard_);
 }
 
-Result<std::shared_ptr<ReaderHandle>> RestoreReader::Start(std::span<const SliceRead> slices,
-                                                           uint32_t num_layers,
-                                                           LayerCallback on_layer,
-                                                           SliceCallback on_slice,
-                                                           std::shared_ptr<ReaderHandle> after) {
+Result<std::shared_ptr<ReaderHandle>> RestoreReader::Start(
+    std::span<const SliceRead> slices, uint32_t num_layers, LayerCallback on_layer,
+    SliceCallback on_slice, std::shared_ptr<ReaderHandle> after, DoneCallback on_done) {
   if (after != nullptr && after->reader_ != this) {
     return Status::InvalidArgument("restore: `after` was started on another reader");
   }
@@ -345,6 +346,7 @@ Result<std::shared_ptr<ReaderHandle>> RestoreReader::Start(std::span<const Slice
   FC_ASSIGN_OR_RETURN(CoalescePlan plan, PlanReads(slices, coalesce_));
   std::shared_ptr<ReaderHandle> h(new ReaderHandle(this, std::move(plan), num_layers,
                                                    std::move(on_layer), std::move(on_slice)));
+  h->on_done_ = std::move(on_done);
   const CoalescePlan& p = h->plan_;
   h->layer_left_.assign(num_layers, 0);
   h->layer_status_.assign(num_layers, Status::OK());
@@ -407,6 +409,7 @@ Result<std::shared_ptr<ReaderHandle>> RestoreReader::Start(std::span<const Slice
   h->ReportLayers();  // layers without slices
   if (n == 0) {
     h->done_ = true;
+    if (h->on_done_) h->on_done_(Status::OK(), h->stats());
     return h;
   }
   h->reads_left_ = n;

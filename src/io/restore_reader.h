@@ -96,6 +96,11 @@ using LayerCallback = std::function<void(uint32_t layer, const Status& status)>;
 // It delays the release of the read's staging space, so it should be short (a hash, not I/O).
 using SliceCallback = std::function<void(const SliceRead& slice, const uint8_t* bytes)>;
 
+// Runs once when a restore is done (every read landed, failed or was skipped), with its first
+// error and its final stats, on the I/O worker that finished it (inline in Start for a restore
+// without reads). The reader may be gone by then: it must not touch the reader.
+using DoneCallback = std::function<void(const Status& status, const ReaderStats& stats)>;
+
 class RestoreReader;
 
 class ReaderHandle : public IoCompletionSink {
@@ -145,6 +150,7 @@ class ReaderHandle : public IoCompletionSink {
   const uint32_t num_layers_;
   const LayerCallback on_layer_;
   const SliceCallback on_slice_;
+  DoneCallback on_done_;  // fixed once Start returns
   // With on_slice_: bytes of each plan slice not yet landed (a slice split over reads completes on
   // whichever worker lands its last piece).
   std::unique_ptr<std::atomic<uint64_t>[]> slice_left_;
@@ -190,11 +196,13 @@ class RestoreReader {
   // handle is done. Fails only on bad input (see PlanReads, and a layer >= num_layers). With
   // `after` (a restore started earlier on this reader), this one's reads wait until every read of
   // `after` is back from the device; restores started later wait behind this one as usual.
+  // `on_done` (may be null) runs once the restore is done, after every layer was reported.
   Result<std::shared_ptr<ReaderHandle>> Start(std::span<const SliceRead> slices,
                                               uint32_t num_layers = 0,
                                               LayerCallback on_layer = nullptr,
                                               SliceCallback on_slice = nullptr,
-                                              std::shared_ptr<ReaderHandle> after = nullptr);
+                                              std::shared_ptr<ReaderHandle> after = nullptr,
+                                              DoneCallback on_done = nullptr);
   // Start + Wait.
   Status Restore(std::span<const SliceRead> slices);
 

@@ -6,12 +6,6 @@
 
 namespace flatcake {
 
-int64_t SteadyNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 Result<std::unique_ptr<MasScheduler>> MasScheduler::Create(const MasSchedulerOptions& options,
                                                            PrefetchExecutor* executor) {
   FC_RETURN_IF_ERROR(options.sched.Validate());
@@ -71,6 +65,13 @@ void MasScheduler::OnPrefetchDone(uint64_t id, const Status& status) {
   // Still under the lock: Shutdown cannot observe the idle state and return before this
   // callback has stopped touching the scheduler.
   idle_cv_.notify_all();
+}
+
+bool MasScheduler::Abandon(uint64_t id, const Status& status) {
+  std::lock_guard lock(mu_);
+  if (!queue_.Abandon(id, status, clock_()).ok()) return false;
+  ready_cv_.notify_all();
+  return true;
 }
 
 std::optional<ReadyRequest> MasScheduler::PopReady() {

@@ -27,13 +27,11 @@
 #include <optional>
 #include <vector>
 
+#include "flatcake/clock.h"
 #include "flatcake/status.h"
 #include "sched/restore_queue.h"
 
 namespace flatcake {
-
-// Nanoseconds on the steady clock: the default arrival stamp of MasScheduler.
-int64_t SteadyNowNs();
 
 // Runs the SSD part of a restore (in the store: coalesced reads into the staging window).
 class PrefetchExecutor {
@@ -75,6 +73,10 @@ class MasScheduler {
   // the supplied timestamp (simulation, or a stamp taken earlier by the caller). Never blocks on
   // window space. Errors: Aborted after Shutdown, InvalidArgument for a duplicate live id.
   Status Submit(RestoreRequest request);
+
+  // Serves a request that still waits for admission as failed with `status`, without a
+  // prefetch (see RestoreQueue::Abandon); false when it is prefetching, ready or unknown.
+  bool Abandon(uint64_t id, const Status& status);
 
   // Blocks until a request is ready and returns it, or returns nullopt once Shutdown has begun.
   std::optional<ReadyRequest> PopReady();

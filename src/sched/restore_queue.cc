@@ -151,6 +151,29 @@ Status RestoreQueue::CompletePrefetch(uint64_t id, const Status& io_status, int6
   return Status::OK();
 }
 
+Status RestoreQueue::Abandon(uint64_t id, const Status& status, int64_t now_ns) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return Status::NotFound("sched: request " + std::to_string(id));
+  Entry& e = it->second;
+  if (e.state != State::kQueued) {
+    return Status::Busy("sched: request " + std::to_string(id) + " is no longer waiting");
+  }
+  e.state = State::kReady;
+  e.prefetch_status = status;
+  e.ready_ns = now_ns;
+  // Under FCFS the entry already sits in order_; under FC-MAS it leaves the pending set for the
+  // ready order, by its original arrival time.
+  if (options_.policy == SchedPolicy::kMas) {
+    auto p = std::find(pending_.begin(), pending_.end(), &e);
+    if (p != pending_.end()) {
+      *p = pending_.back();
+      pending_.pop_back();
+    }
+    order_.insert(KeyOf(e));
+  }
+  return Status::OK();
+}
+
 bool RestoreQueue::ReadyAvailable() const {
   if (order_.empty()) return false;
   return entries_.at(order_.begin()->id).state == State::kReady;

@@ -119,6 +119,11 @@ class RestoreQueue {
   // The prefetch of `id` finished with `io_status`. Errors: NotFound if `id` is not in flight.
   Status CompletePrefetch(uint64_t id, const Status& io_status, int64_t now_ns);
 
+  // Serves request `id`, still waiting for admission, as failed with `status` (a cancelled
+  // restore): it skips its prefetch and enters the ready order at once. Errors: NotFound if `id`
+  // is not live, Busy if it is prefetching or already ready.
+  Status Abandon(uint64_t id, const Status& status, int64_t now_ns);
+
   // The next request to serve, if one is ready (see the policy rules above).
   std::optional<ReadyRequest> PopReady();
   bool ReadyAvailable() const;

@@ -45,6 +45,7 @@ FlatStore::FlatStore(const StoreOptions& options, std::unique_ptr<IoEngine> engi
     : options_(options), engine_(std::move(engine)) {}
 
 FlatStore::~FlatStore() {
+  StopScheduler();
   // The reader drains its restores through the engine, and the engine references the pool's fds:
   // stop both before the pool closes its files.
   restore_.reset();
@@ -102,7 +103,7 @@ Status FlatStore::Init() {
   index_ = std::make_unique<BlockIndex>(cap);
   scopes_ = std::make_unique<ScopeSlot[]>(options_.max_scopes);
   for (uint32_t i = options_.max_scopes; i-- > 0;) free_scopes_.push_back(i);
-  return Status::OK();
+  return StartScheduler();
 }
 
 bool FlatStore::MediumEnabled(MediaType m) const {
@@ -347,6 +348,7 @@ Result<uint32_t> FlatStore::NewScopeLocked(MediaType medium, const KvLayout& lay
   ScopeSlot& s = scopes_[id];
   s.medium = medium;
   s.layout = layout;
+  s.block_bytes.store(layout.block_bytes(), std::memory_order_relaxed);
   s.session = session;
   s.segments.clear();
   s.keys.clear();
@@ -578,6 +580,9 @@ StoreStats FlatStore::GetStats() const {
   st.puts = puts_.load();
   st.gets = gets_.load();
   st.exists_calls = exists_.load();
+  st.restores_dram_ready = restores_dram_.load();
+  st.restores_ssd = restores_ssd_.load();
+  st.restores_cancelled = restores_cancelled_.load();
   st.blocks_written = blocks_written_.load();
   st.blocks_skipped_present = blocks_present_.load();
   st.hits = hits_.load();

@@ -4,17 +4,22 @@
 //
 // Locking: `mu_` guards sessions, scope descriptors and allocation; it is never held across data
 // copies or I/O. Index lookups and scope pins are lock-free. `index_mu_` is a batch-level
-// maintenance lock: every Put, Get (lookup phase), Exists and Reclaim holds it shared (one atomic
-// operation per call, not per key), and index compaction takes it exclusive for the few
-// milliseconds the rebuild needs. Lock order: index_mu_ before mu_.
+// maintenance lock: every Put, Restore (lookup phase), Lookup and Reclaim holds it shared (one
+// atomic operation per call, not per key), and index compaction takes it exclusive for the few
+// milliseconds the rebuild needs. Lock order: index_mu_ before mu_. Restores are scheduled by
+// FC-MAS (`sched_`); `jobs_mu_` guards the restores in progress and the dispatcher's work queue
+// (flat_store_restore.cc) and is never held while calling the scheduler, a job or the reader.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -25,6 +30,8 @@
 #include "io/restore_reader.h"
 #include "media/dram_arena.h"
 #include "media/ssd_file_pool.h"
+#include "sched/mas_scheduler.h"
+#include "store/restore_job.h"
 #include "store/scope.h"
 #include "store/staging.h"
 
@@ -40,12 +47,13 @@ class FlatStore final : public Store {
 
   Result<PutResult> Put(std::span<const Key> keys, const KvLayout& layout, const BlockBuffers& src,
                         const WriteHints& hints = {}) override;
-  size_t Exists(std::span<const Key> keys) override;
+  LookupResult Lookup(std::span<const Key> keys) override;
   // An SSD restore of at least this many slices starts its first layer as a restore of its own,
-  // ahead of the rest (see ReadSsd).
+  // ahead of the rest (see StartSsdReads).
   static constexpr size_t kSplitRestoreSlices = 4096;
-  Result<GetResult> Get(std::span<const Key> keys, const KvLayout& layout, const BlockBuffers& dst,
-                        const GetOptions& options = {}) override;
+  Result<std::unique_ptr<RestoreHandle>> Restore(std::span<const Key> keys, const KvLayout& layout,
+                                                 const BlockBuffers& dst,
+                                                 const RestoreOptions& options = {}) override;
   uint64_t Reclaim(MediaType medium, double target_fraction) override;
   void Clear() override;
   StoreStats GetStats() const override;
@@ -55,7 +63,23 @@ class FlatStore final : public Store {
   IoEngine& engine() { return *engine_; }
   SsdFilePool* ssd_pool() { return ssd_.get(); }
 
+  // Fails `job` with Aborted unless it is done (RestoreHandle::Cancel).
+  void CancelRestore(const std::shared_ptr<RestoreJob>& job);
+
  private:
+  // FC-MAS's executor: starts an admitted request's prefetch (flat_store_restore.cc).
+  class Executor final : public PrefetchExecutor {
+   public:
+    explicit Executor(FlatStore* store) : store_(store) {}
+    void Prefetch(const RestoreRequest& request, std::function<void(Status)> done) override;
+
+   private:
+    FlatStore* const store_;
+  };
+  struct PrefetchTask {
+    uint64_t id;
+    std::function<void(Status)> done;
+  };
   struct Session {
     uint32_t turns = 0;
     uint64_t context_tokens = 0;
@@ -103,15 +127,30 @@ class FlatStore final : public Store {
   uint64_t Used(MediaType m) const;
 
   // --- read path (flat_store_read.cc) ---
-  // Appends the slice reads of layers [first, last) of every SSD block of a Get to `*out`.
-  using SliceSource =
-      std::function<void(uint32_t first, uint32_t last, std::vector<SliceRead>* out)>;
-  // Restores `blocks` SSD blocks whose slices `source` builds; `on_layer(l)` runs once per layer,
-  // in order, when layer l has landed. `on_slice` (may be null) runs once per slice read, on an
-  // I/O worker (see SliceCallback).
-  Status ReadSsd(size_t blocks, const SliceSource& source, const KvLayout& layout,
-                 const std::function<void(uint32_t)>& on_layer, SliceCallback on_slice,
-                 GetResult* result);
+  // Looks up every key of a restore and pins the scopes of its hits into `job` (hits, dram_hits,
+  // ssd_hits). InvalidArgument, with nothing pinned, when a hit's layout differs from the job's.
+  Status ResolveHits(std::span<const Key> keys, RestoreJob* job);
+  void UnpinHits(const RestoreJob& job);
+  // Copies the job's DRAM hits into its destination and hashes them.
+  void CopyDramHits(RestoreJob& job);
+  // Appends the slice reads of layers [first, last) of every SSD hit of `job` to `*out`.
+  void BuildSsdSlices(const RestoreJob& job, uint32_t first, uint32_t last,
+                      std::vector<SliceRead>* out) const;
+  // Starts reading the job's SSD hits; `done` runs once when every read is back.
+  void StartSsdReads(const std::shared_ptr<RestoreJob>& job, std::function<void(Status)> done);
+  // Verifies, unpins and completes the job with `st` (OK, or the error that failed it).
+  void FinishJob(RestoreJob& job, Status st);
+
+  // --- scheduling (flat_store_restore.cc) ---
+  Status StartScheduler();
+  // Stops FC-MAS and the dispatcher; fails every restore not yet done. Before the reader goes.
+  void StopScheduler();
+  void QueuePrefetch(uint64_t id, std::function<void(Status)> done);
+  void StartPrefetch(uint64_t id, std::function<void(Status)> done);
+  // Serves every request FC-MAS hands out now, in its order.
+  void ServeReady();
+  void DispatchLoop();
+  std::shared_ptr<RestoreJob> FindJob(uint64_t id, bool take);
 
   Gva MakeGva(MediaType m, uint64_t offset) const { return EncodeGva(m, options_.node_id, offset); }
   uint64_t NowNs() const;
@@ -138,9 +177,22 @@ class FlatStore final : public Store {
   uint64_t anon_sessions_ = 0;
   const std::string* placing_session_ = nullptr;  // session PlaceBatch is working on (under mu_)
 
+  Executor executor_{this};
+  std::unique_ptr<MasScheduler> sched_;
+  std::thread dispatcher_;
+  std::mutex jobs_mu_;
+  std::condition_variable jobs_cv_;
+  std::unordered_map<uint64_t, std::shared_ptr<RestoreJob>> jobs_;  // guarded by jobs_mu_
+  std::deque<PrefetchTask> prefetch_tasks_;                         // guarded by jobs_mu_
+  bool drain_requested_ = false;                                    // guarded by jobs_mu_
+  bool stop_dispatcher_ = false;                                    // guarded by jobs_mu_
+  int completions_running_ = 0;                                     // guarded by jobs_mu_
+  std::atomic<uint64_t> next_restore_id_{1};
+
   MediumCounters media_[2];
   std::atomic<uint64_t> puts_{0}, gets_{0}, exists_{0}, blocks_written_{0}, blocks_present_{0},
-      hits_{0}, misses_{0}, mismatches_{0}, io_errors_{0}, index_compactions_{0};
+      hits_{0}, misses_{0}, mismatches_{0}, io_errors_{0}, index_compactions_{0}, restores_dram_{0},
+      restores_ssd_{0}, restores_cancelled_{0};
 };
 
 }  // namespace flatcake

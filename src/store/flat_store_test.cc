@@ -373,7 +373,7 @@ TEST_F(FlatStoreTest, PinnedScopesAreNotReclaimed) {
   IndexEntry e;
   ASSERT_TRUE(store_ != nullptr);
   HostBlocks dst(kLayout, keys.size());
-  GetOptions go;
+  RestoreOptions go;
   uint64_t freed_during = 0;
   go.on_layer = [&](uint32_t layer) {
     if (layer == 0) freed_during = store_->Reclaim(MediaType::kDram, 0.0);
@@ -499,7 +499,7 @@ TEST(FlatStoreReads, LargeRestoreReportsEveryLayerOnceAndInOrder) {
       HostBlocks dst(layout, keys.size());
       std::mutex mu;
       std::vector<uint32_t> layers;
-      GetOptions go;
+      RestoreOptions go;
       go.on_layer = [&](uint32_t l) {
         std::lock_guard<std::mutex> lock(mu);
         layers.push_back(l);
@@ -545,7 +545,7 @@ TEST(FlatStoreErrors, FailedFirstLayerOfASplitRestoreFailsTheGet) {
   spec.range_end = 4096;  // block 0's layer-0 slice
   inject->SetReadFault(spec);
   std::vector<uint32_t> layers;
-  GetOptions go;
+  RestoreOptions go;
   go.on_layer = [&](uint32_t l) { layers.push_back(l); };  // serialised by the store
   HostBlocks dst(layout, keys.size());
   auto g = store.Get(keys, layout, dst.buffers(), go);

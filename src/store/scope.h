@@ -74,6 +74,9 @@ class ScopeSlot {
   void Touch(uint64_t now_ns) { last_use_ns.store(now_ns, std::memory_order_relaxed); }
 
   std::atomic<uint64_t> last_use_ns{0};
+  // layout.block_bytes(), readable without a pin (Lookup counts bytes without pinning): set with
+  // the layout, before the generation's first index entry is published.
+  std::atomic<uint64_t> block_bytes{0};
 
   // --- written under the store mutex ---
   MediaType medium = MediaType::kDram;

@@ -1,0 +1,298 @@
+// FlatStore's restores as requests: FC-MAS (sched/mas_scheduler.h) schedules every restore.
+//
+// Threads:
+//  - The caller's thread runs Restore: it resolves and pins the hits, submits the request, and
+//    serves what is ready, so a DRAM-ready request is copied before Restore returns. A prefetch
+//    admitted while it submits (the window had room) is started on it too.
+//  - One scheduler thread ("dispatcher") starts the prefetches FC-MAS admits from elsewhere (when
+//    an I/O worker's completion frees window space) and serves the requests that became ready
+//    there. Building and planning a large restore's slices takes milliseconds; I/O workers only
+//    report completions and never do that work.
+//  - I/O workers land the reads, hash the slices and report layers (restore_job.h).
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "store/flat_store.h"
+
+namespace flatcake {
+namespace {
+
+// The store whose scheduling work this thread may run inline: set while a thread is inside
+// Restore or Cancel, and on the dispatcher thread.
+thread_local const FlatStore* t_inline_store = nullptr;
+
+class InlineScope {
+ public:
+  explicit InlineScope(const FlatStore* store) : saved_(t_inline_store) { t_inline_store = store; }
+  ~InlineScope() { t_inline_store = saved_; }
+  InlineScope(const InlineScope&) = delete;
+  InlineScope& operator=(const InlineScope&) = delete;
+
+ private:
+  const FlatStore* saved_;
+};
+
+}  // namespace
+
+// --- RestoreJob / FlatRestoreHandle ---
+
+void RestoreJob::ReportLayer(uint32_t layer) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    layers_reported = layer + 1;
+  }
+  cv.notify_all();
+  if (on_layer) on_layer(layer);
+}
+
+void RestoreJob::RecordReadError(const Status& st) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!read_status.ok()) return;
+  read_status = st;
+  // After the first error nothing more is issued, in either of a split restore's halves.
+  if (first_reads) first_reads->Cancel(st);
+  if (rest_reads) rest_reads->Cancel(st);
+}
+
+FlatRestoreHandle::~FlatRestoreHandle() {
+  if (done()) return;
+  Cancel();
+  (void)Wait();
+}
+
+Result<GetResult> FlatRestoreHandle::Wait() {
+  std::unique_lock<std::mutex> lock(job_->mu);
+  job_->cv.wait(lock, [&] { return job_->done; });
+  if (!job_->status.ok()) return job_->status;
+  return job_->result;
+}
+
+bool FlatRestoreHandle::WaitFor(std::chrono::nanoseconds timeout) {
+  std::unique_lock<std::mutex> lock(job_->mu);
+  return job_->cv.wait_for(lock, timeout, [&] { return job_->done; });
+}
+
+Status FlatRestoreHandle::WaitLayer(uint32_t layer) {
+  if (layer >= job_->layout.num_layers) {
+    return Status::InvalidArgument("layer " + std::to_string(layer) + " out of range (" +
+                                   std::to_string(job_->layout.num_layers) + " layers)");
+  }
+  std::unique_lock<std::mutex> lock(job_->mu);
+  job_->cv.wait(lock, [&] { return job_->done || job_->layers_reported > layer; });
+  if (job_->layers_reported > layer) return Status::OK();
+  return job_->status;
+}
+
+bool FlatRestoreHandle::done() const {
+  std::lock_guard<std::mutex> lock(job_->mu);
+  return job_->done;
+}
+
+void FlatRestoreHandle::Cancel() { store_->CancelRestore(job_); }
+
+// --- FlatStore ---
+
+Result<GetResult> Store::Get(std::span<const Key> keys, const KvLayout& layout,
+                             const BlockBuffers& dst, const RestoreOptions& options) {
+  FC_ASSIGN_OR_RETURN(std::unique_ptr<RestoreHandle> handle, Restore(keys, layout, dst, options));
+  return handle->Wait();
+}
+
+Status FlatStore::StartScheduler() {
+  MasSchedulerOptions so;
+  so.sched.policy =
+      options_.scheduler == RestoreScheduler::kFcfs ? SchedPolicy::kFcfs : SchedPolicy::kMas;
+  so.sched.window_bytes = options_.read_window_bytes;
+  FC_ASSIGN_OR_RETURN(sched_, MasScheduler::Create(so, &executor_));
+  dispatcher_ = std::thread([this] { DispatchLoop(); });
+  return Status::OK();
+}
+
+void FlatStore::StopScheduler() {
+  if (!sched_) return;
+  // No new prefetch starts; those in flight complete (their reads land); what was never served is
+  // failed below, so every waiter wakes and every pin is dropped.
+  std::vector<RestoreRequest> unserved = sched_->Shutdown();
+  {
+    std::unique_lock<std::mutex> lock(jobs_mu_);
+    jobs_cv_.wait(lock, [&] { return completions_running_ == 0; });
+    stop_dispatcher_ = true;
+  }
+  jobs_cv_.notify_all();
+  if (dispatcher_.joinable()) dispatcher_.join();
+  std::unordered_map<uint64_t, std::shared_ptr<RestoreJob>> left;
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    left.swap(jobs_);
+    // A prefetch queued for the dispatcher but never started still owes its completion; the
+    // scheduler is shut down, so nobody waits for it any more.
+    prefetch_tasks_.clear();
+  }
+  for (auto& [id, job] : left) FinishJob(*job, Status::Aborted("the store is closing"));
+  (void)unserved;  // every unserved request's job was in `jobs_`
+}
+
+void FlatStore::Executor::Prefetch(const RestoreRequest& request,
+                                   std::function<void(Status)> done) {
+  store_->QueuePrefetch(request.id, std::move(done));
+}
+
+void FlatStore::QueuePrefetch(uint64_t id, std::function<void(Status)> done) {
+  // The completion goes through the dispatcher: serving what became ready must not run on the
+  // I/O worker that reports it.
+  auto complete = [this, done = std::move(done)](Status st) {
+    {
+      std::lock_guard<std::mutex> lock(jobs_mu_);
+      ++completions_running_;
+    }
+    done(std::move(st));
+    {
+      std::lock_guard<std::mutex> lock(jobs_mu_);
+      --completions_running_;
+      drain_requested_ = true;
+    }
+    jobs_cv_.notify_all();
+  };
+  if (t_inline_store == this) {
+    StartPrefetch(id, std::move(complete));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    prefetch_tasks_.push_back(PrefetchTask{id, std::move(complete)});
+  }
+  jobs_cv_.notify_all();
+}
+
+void FlatStore::DispatchLoop() {
+  InlineScope inline_scope(this);
+  std::unique_lock<std::mutex> lock(jobs_mu_);
+  for (;;) {
+    jobs_cv_.wait(lock,
+                  [&] { return stop_dispatcher_ || drain_requested_ || !prefetch_tasks_.empty(); });
+    if (stop_dispatcher_) return;
+    if (!prefetch_tasks_.empty()) {
+      PrefetchTask task = std::move(prefetch_tasks_.front());
+      prefetch_tasks_.pop_front();
+      lock.unlock();
+      StartPrefetch(task.id, std::move(task.done));
+      lock.lock();
+      continue;
+    }
+    drain_requested_ = false;
+    lock.unlock();
+    ServeReady();
+    lock.lock();
+  }
+}
+
+std::shared_ptr<RestoreJob> FlatStore::FindJob(uint64_t id, bool take) {
+  std::lock_guard<std::mutex> lock(jobs_mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return nullptr;
+  std::shared_ptr<RestoreJob> job = it->second;
+  if (take) jobs_.erase(it);
+  return job;
+}
+
+void FlatStore::StartPrefetch(uint64_t id, std::function<void(Status)> done) {
+  std::shared_ptr<RestoreJob> job = FindJob(id, false);
+  if (job == nullptr) {  // a scheduler bug: complete it so the window does not leak
+    done(Status::NotFound("restore " + std::to_string(id) + " is unknown"));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    if (job->cancelled) {
+      done(Status::Aborted("restore cancelled"));
+      return;
+    }
+  }
+  job->admitted_ns = SteadyNowNs();
+  // DRAM hits of a mixed request are copied before its SSD reads start, so a layer the reads
+  // report is whole.
+  CopyDramHits(*job);
+  StartSsdReads(job, std::move(done));
+}
+
+void FlatStore::ServeReady() {
+  while (std::optional<ReadyRequest> ready = sched_->TryPop()) {
+    std::shared_ptr<RestoreJob> job = FindJob(ready->request.id, true);
+    if (job == nullptr) continue;
+    Status st = ready->prefetch_status;
+    if (st.ok() && ready->restore_class == RestoreClass::kDramReady) {
+      bool cancelled;
+      {
+        std::lock_guard<std::mutex> lock(job->mu);
+        cancelled = job->cancelled;
+      }
+      if (cancelled) {
+        st = Status::Aborted("restore cancelled");
+      } else {
+        CopyDramHits(*job);
+        for (uint32_t l = 0; l < job->layout.num_layers; ++l) job->ReportLayer(l);
+      }
+    }
+    FinishJob(*job, std::move(st));
+  }
+}
+
+Result<std::unique_ptr<RestoreHandle>> FlatStore::Restore(std::span<const Key> keys,
+                                                          const KvLayout& layout,
+                                                          const BlockBuffers& dst,
+                                                          const RestoreOptions& options) {
+  gets_.fetch_add(1, std::memory_order_relaxed);
+  FC_RETURN_IF_ERROR(ValidateBuffers(dst, layout, keys.size()));
+  auto job = std::make_shared<RestoreJob>();
+  job->layout = layout;
+  job->num_keys = keys.size();
+  job->dst_pointers.assign(dst.ptrs.begin(), dst.ptrs.end());
+  job->dst = BlockBuffers{dst.kind, std::span<void* const>(job->dst_pointers)};
+  job->on_layer = options.on_layer;
+  job->arrival_ns = options.arrival_ns == kArrivalNow ? SteadyNowNs() : options.arrival_ns;
+  FC_RETURN_IF_ERROR(ResolveHits(keys, job.get()));
+
+  Gva slowest = 0;
+  for (const RestoreHit& h : job->hits) {
+    if (h.valid) slowest = std::max(slowest, h.entry.gva);
+  }
+  job->restore_class = ClassifyRestore(slowest);
+  (job->restore_class == RestoreClass::kDramReady ? restores_dram_ : restores_ssd_)
+      .fetch_add(1, std::memory_order_relaxed);
+  const RestoreRequest request{next_restore_id_.fetch_add(1, std::memory_order_relaxed),
+                               job->arrival_ns, slowest,
+                               job->ssd_hits.size() * layout.block_bytes()};
+  job->id = request.id;
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    jobs_.emplace(job->id, job);
+  }
+  auto handle = std::make_unique<FlatRestoreHandle>(this, job);
+  InlineScope inline_scope(this);
+  if (Status st = sched_->Submit(request); !st.ok()) {
+    FindJob(job->id, true);
+    FinishJob(*job, st);
+    return st.WithContext("restore");
+  }
+  ServeReady();
+  return std::unique_ptr<RestoreHandle>(std::move(handle));
+}
+
+void FlatStore::CancelRestore(const std::shared_ptr<RestoreJob>& job) {
+  const Status why = Status::Aborted("restore cancelled");
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    if (job->done || job->cancelled) return;
+    job->cancelled = true;
+    // Reads in flight land; nothing more is issued.
+    if (job->read_status.ok()) job->read_status = why;
+    if (job->first_reads) job->first_reads->Cancel(why);
+    if (job->rest_reads) job->rest_reads->Cancel(why);
+  }
+  // A request still waiting for the window leaves the queue now rather than when admitted.
+  InlineScope inline_scope(this);
+  if (sched_->Abandon(job->id, why)) ServeReady();
+}
+
+}  // namespace flatcake

@@ -1,0 +1,108 @@
+// RestoreJob: one restore request inside FlatStore, from Store::Restore until it is done, and the
+// RestoreHandle the caller holds on it.
+//
+// Life of a job (see flat_store_restore.cc):
+//   Restore: the keys are looked up, the scopes of the hits pinned and their GVAs decoded on the
+//     caller's thread; the job is registered under its id and submitted to FC-MAS (MasScheduler)
+//     with its slowest GVA and its SSD bytes.
+//   Prefetch (SSD-preparing jobs, once FC-MAS admits them into the read window): DRAM hits are
+//     copied, then the SSD slices go to the restore reader; the reads' completion completes the
+//     prefetch.
+//   Serve (when FC-MAS hands the job out, in original-arrival order among the ready ones): a
+//     DRAM-ready job's blocks are copied now; then every block is verified, the scopes unpinned,
+//     and the job is done.
+//
+// Thread safety: the fields above `mu` are written before the job is submitted (or, for the SSD
+// read state, by the one thread that runs its prefetch) and read afterwards by the threads the
+// scheduler hands the job to; the scheduler's lock orders those hand-offs. `mu` guards the
+// completion state and the reader handles (Cancel reaches them from the caller's thread). Lock
+// order: mu before a ReaderHandle's locks; no callback of the reader runs under them.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "flatcake/store.h"
+#include "gva/block_index.h"
+#include "io/restore_reader.h"
+#include "sched/restore_queue.h"
+
+namespace flatcake {
+
+class FlatStore;
+
+// A key found in the index whose scope the job pinned.
+struct RestoreHit {
+  uint32_t key = 0;  // index into the request's keys
+  IndexEntry entry;
+  uint64_t offset = 0;    // the decoded GVA's offset in its medium
+  bool valid = true;      // false: the entry's address did not decode (never read)
+  uint64_t checksum = 0;  // of the delivered bytes
+};
+
+struct RestoreJob {
+  uint64_t id = 0;
+  KvLayout layout;
+  size_t num_keys = 0;
+  std::vector<void*> dst_pointers;  // the caller's pointer table, copied
+  BlockBuffers dst;                 // over dst_pointers
+  std::function<void(uint32_t)> on_layer;
+  int64_t arrival_ns = 0;
+  RestoreClass restore_class = RestoreClass::kDramReady;
+
+  std::vector<RestoreHit> hits;     // every pinned hit, in key order
+  std::vector<uint32_t> dram_hits;  // indices into `hits`
+  std::vector<uint32_t> ssd_hits;   // indices into `hits`
+  // Per SSD hit: the sum of its slice hashes, added up by the I/O workers as slices land.
+  std::unique_ptr<std::atomic<uint64_t>[]> ssd_sums;
+
+  // SSD reads, written by the thread that runs the prefetch and by the reader's callbacks.
+  int64_t admitted_ns = -1;
+  std::atomic<int64_t> ssd_done_ns{0};
+  std::atomic<int> handles_left{0};  // reader restores not yet done
+  std::atomic<uint64_t> ssd_bytes_read{0}, ssd_reads{0}, ssd_reads_in_place{0};
+  // Layer reports of a split restore (first layer, then the rest) merged into one ordered stream.
+  struct Gate {
+    std::mutex mu;
+    bool first_reported = false;  // the first restore's layer 0 went out
+    std::vector<uint32_t> held;   // the rest's OK layers that completed before that, in order
+  } gate;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::shared_ptr<ReaderHandle> first_reads, rest_reads;  // guarded by mu; dropped when done
+  Status read_status;            // guarded by mu: the first error of the SSD reads
+  bool cancelled = false;        // guarded by mu
+  uint32_t layers_reported = 0;  // guarded by mu: layers [0, n) are in the caller's memory
+  bool done = false;             // guarded by mu
+  Status status;                 // guarded by mu, fixed once done
+  GetResult result;              // guarded by mu, fixed once done
+
+  // Records that layer `layer` landed whole and calls on_layer. Layers are reported in order.
+  void ReportLayer(uint32_t layer);
+  // Records an SSD read failure (the first one wins).
+  void RecordReadError(const Status& st);
+};
+
+// The caller's handle: waits on the job; cancels (and waits for) an unfinished one when destroyed.
+class FlatRestoreHandle final : public RestoreHandle {
+ public:
+  FlatRestoreHandle(FlatStore* store, std::shared_ptr<RestoreJob> job)
+      : store_(store), job_(std::move(job)) {}
+  ~FlatRestoreHandle() override;
+  Result<GetResult> Wait() override;
+  bool WaitFor(std::chrono::nanoseconds timeout) override;
+  Status WaitLayer(uint32_t layer) override;
+  bool done() const override;
+  void Cancel() override;
+
+ private:
+  FlatStore* const store_;
+  const std::shared_ptr<RestoreJob> job_;
+};
+
+}  // namespace flatcake
