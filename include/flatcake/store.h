@@ -147,6 +147,7 @@ struct StoreStats {
   MediumStats ssd;
   uint64_t puts = 0, gets = 0, exists_calls = 0;  // gets: Restore calls; exists_calls: Lookups
   uint64_t restores_dram_ready = 0, restores_ssd = 0, restores_cancelled = 0;
+  uint64_t restore_window_peak_bytes = 0;  // most SSD restore bytes FC-MAS had admitted at once
   uint64_t blocks_written = 0, blocks_skipped_present = 0;
   uint64_t hits = 0, misses = 0, checksum_mismatches = 0;
   uint64_t io_errors = 0;

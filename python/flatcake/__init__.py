@@ -25,14 +25,16 @@ import re
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from . import _core
-from ._core import Error, GetResult, KvLayout, PutResult
+from ._core import Error, GetResult, KvLayout, LookupResult, PutResult
 
 __all__ = [
     "BUFFER_KINDS",
     "Error",
     "GetResult",
     "KvLayout",
+    "LookupResult",
     "PutResult",
+    "RestoreHandle",
     "Store",
     "default_options",
     "key_hex",
@@ -204,6 +206,44 @@ def _resolve_buffers(buffers: Any, layout: KvLayout, n: int, kind: Optional[str]
     return kind, ptrs
 
 
+class RestoreHandle:
+    """A restore in progress (:meth:`Store.restore`). Waits release the GIL.
+
+    ``wait(timeout=None)`` -> True once done (False when the timeout passed first);
+    ``wait_layer(l)`` blocks until layer ``l`` of every block is in the buffers (raises
+    :class:`flatcake.Error` if the restore failed); ``done()``; ``cancel()``; ``result``: the
+    :class:`GetResult` of a finished restore (raises ``flatcake.Error``, code "Aborted", when it
+    was cancelled, and code "Busy" while it is still running). Dropping an unfinished handle
+    cancels the restore and waits for its reads.
+    """
+
+    def __init__(self, core: Any, buffers: Any):
+        self._core = core
+        self._buffers = buffers  # the destination stays alive while reads may land in it
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        done = self._core.wait(timeout)
+        if done:
+            self._buffers = None
+        return done
+
+    def wait_layer(self, layer: int) -> None:
+        self._core.wait_layer(layer)
+
+    def done(self) -> bool:
+        return self._core.done()
+
+    def cancel(self) -> None:
+        self._core.cancel()
+
+    @property
+    def result(self) -> GetResult:
+        return self._core.result
+
+    def __repr__(self) -> str:
+        return f"RestoreHandle(done={self.done()})"
+
+
 class Store:
     """A FlatCake store. Thread-safe; every method may be called from any thread.
 
@@ -242,6 +282,25 @@ class Store:
     def exists(self, keys: Iterable[str]) -> int:
         """Number of leading keys present."""
         return self._core.exists(list(keys))
+
+    def lookup(self, keys: Iterable[str]) -> LookupResult:
+        """The leading keys present: ``leading_hits``, ``slowest_medium`` ("dram" or "ssd"; what
+        a restore of them waits for) and ``dram_bytes`` / ``ssd_bytes``."""
+        return self._core.lookup(list(keys))
+
+    def restore(self, keys: Sequence[str], layout: KvLayout, buffers: Any, *,
+                kind: Optional[str] = None, arrival_ns: Optional[int] = None) -> "RestoreHandle":
+        """Starts restoring ``keys`` into ``buffers`` and returns a :class:`RestoreHandle` at once.
+
+        The store's FC-MAS scheduler serves a request whose hits are all in DRAM before this
+        returns, and queues one that needs SSD for its read window, ordered by response ratio.
+        ``arrival_ns``: when the request arrived, on ``time.monotonic_ns()``'s clock (default:
+        now). ``buffers`` must not be touched until the handle is done; the handle keeps them
+        alive until then.
+        """
+        keys = list(keys)
+        kind, ptrs = _resolve_buffers(buffers, layout, len(keys), kind)
+        return RestoreHandle(self._core.restore(keys, layout, kind, ptrs, arrival_ns), buffers)
 
     # --- management ----------------------------------------------------------------------------
     def reclaim(self, medium: str, target_fraction: float) -> int:

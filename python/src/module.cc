@@ -7,10 +7,16 @@
 // only after every in-flight call has returned; calls after close() raise flatcake.Error.
 //
 // Pointers are raw addresses supplied by the caller (the Python layer derives them from tensors
-// and checks their bounds); the store only dereferences them during the call.
+// and checks their bounds); the store dereferences them during the call, and a restore until it
+// is done (the Python handle keeps the buffers alive until then).
+//
+// Restores: restore() returns a RestoreHandle whose waits release the GIL. The store keeps a
+// registry of its unfinished restores: close() cancels and waits for them before the Store is
+// destroyed, so a handle outlives its store safely (it is done by then).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -31,6 +37,62 @@ BlockBuffers MakeBuffers(const std::string& kind, const std::vector<void*>& ptrs
   if (!parsed.ok()) RaiseStatus(parsed.status());
   return BlockBuffers{*parsed, std::span<void* const>(ptrs.data(), ptrs.size())};
 }
+
+// The Python side of a RestoreHandle. The handle is shared with the store's registry.
+class PyRestoreHandle {
+ public:
+  PyRestoreHandle(std::shared_ptr<RestoreHandle> handle, uint32_t layers)
+      : handle_(std::move(handle)), layers_(layers) {}
+  // An unfinished restore is cancelled, and its reads waited for, before its buffers may go.
+  ~PyRestoreHandle() {
+    if (handle_->done()) return;
+    pyb::gil_scoped_release release;
+    handle_->Cancel();
+    (void)handle_->Wait();
+  }
+  PyRestoreHandle(const PyRestoreHandle&) = delete;
+  PyRestoreHandle& operator=(const PyRestoreHandle&) = delete;
+
+  bool Wait(std::optional<double> timeout_s) {
+    if (timeout_s && !(*timeout_s >= 0)) throw pyb::value_error("timeout must be >= 0");
+    pyb::gil_scoped_release release;
+    if (!timeout_s) {
+      (void)handle_->Wait();
+      return true;
+    }
+    return handle_->WaitFor(std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double>(std::min(*timeout_s, 1e9))));
+  }
+  void WaitLayer(uint32_t layer) {
+    if (layer >= layers_) {
+      throw pyb::index_error("layer " + std::to_string(layer) + " out of range (" +
+                             std::to_string(layers_) + " layers)");
+    }
+    Status st;
+    {
+      pyb::gil_scoped_release release;
+      st = handle_->WaitLayer(layer);
+    }
+    if (!st.ok()) RaiseStatus(st);
+  }
+  bool Done() const { return handle_->done(); }
+  void Cancel() {
+    pyb::gil_scoped_release release;
+    handle_->Cancel();
+  }
+  GetResult FinishedResult() {
+    if (!handle_->done()) {
+      RaiseStatus(Status::Busy("the restore is still in progress; wait() first"));
+    }
+    flatcake::Result<GetResult> r = handle_->Wait();
+    if (!r.ok()) RaiseStatus(r.status());
+    return std::move(r).value();
+  }
+
+ private:
+  const std::shared_ptr<RestoreHandle> handle_;
+  const uint32_t layers_;
+};
 
 class PyStore {
  public:
@@ -61,6 +123,32 @@ class PyStore {
     std::vector<void*> p = PointersFromSequence(ptrs);
     BlockBuffers buffers = MakeBuffers(kind, p);
     return Unwrap(WithStore([&](Store& s) { return s.Get(k, layout, buffers); }));
+  }
+
+  std::unique_ptr<PyRestoreHandle> Restore(const pyb::handle& keys, const KvLayout& layout,
+                                           const std::string& kind, const pyb::handle& ptrs,
+                                           std::optional<int64_t> arrival_ns) {
+    std::vector<Key> k = KeysFromSequence(keys);
+    std::vector<void*> p = PointersFromSequence(ptrs);
+    BlockBuffers buffers = MakeBuffers(kind, p);
+    RestoreOptions o;
+    if (arrival_ns) {
+      if (*arrival_ns < 0) throw pyb::value_error("arrival_ns must be >= 0");
+      o.arrival_ns = *arrival_ns;
+    }
+    std::shared_ptr<RestoreHandle> handle =
+        Unwrap(WithStore([&](Store& s) -> Result<std::shared_ptr<RestoreHandle>> {
+          FC_ASSIGN_OR_RETURN(std::unique_ptr<RestoreHandle> h, s.Restore(k, layout, buffers, o));
+          std::shared_ptr<RestoreHandle> shared = std::move(h);
+          Register(shared);  // under the store's shared lock: close() cannot miss it
+          return shared;
+        }));
+    return std::make_unique<PyRestoreHandle>(std::move(handle), layout.num_layers);
+  }
+
+  LookupResult Lookup(const pyb::handle& keys) {
+    std::vector<Key> k = KeysFromSequence(keys);
+    return Unwrap(WithStore([&](Store& s) -> Result<LookupResult> { return s.Lookup(k); }));
   }
 
   size_t Exists(const pyb::handle& keys) {
@@ -101,6 +189,20 @@ class PyStore {
     {
       pyb::gil_scoped_release release;
       std::unique_lock lock(mu_);
+      // No restore starts now; those still running are cancelled and waited for, so their
+      // handles are done (and independent of the store) before it goes.
+      std::vector<std::shared_ptr<RestoreHandle>> live;
+      {
+        std::lock_guard reg(restores_mu_);
+        for (auto& w : restores_) {
+          if (auto h = w.lock()) live.push_back(std::move(h));
+        }
+        restores_.clear();
+      }
+      for (auto& h : live) {
+        h->Cancel();
+        (void)h->Wait();
+      }
       doomed = std::move(store_);
       // Destroy outside the GIL too: shutting down I/O workers may take a while.
       doomed.reset();
@@ -134,8 +236,24 @@ class PyStore {
     return std::move(r).value();
   }
 
+  // Remembers an unfinished restore for Close; forgets finished ones as the list grows.
+  void Register(const std::shared_ptr<RestoreHandle>& h) {
+    std::lock_guard reg(restores_mu_);
+    if (restores_.size() >= 2 * registry_floor_) {
+      std::erase_if(restores_, [](const std::weak_ptr<RestoreHandle>& w) {
+        auto p = w.lock();
+        return p == nullptr || p->done();
+      });
+      registry_floor_ = std::max<size_t>(64, restores_.size());
+    }
+    restores_.push_back(h);
+  }
+
   std::shared_mutex mu_;
   std::unique_ptr<Store> store_;  // null after Close()
+  std::mutex restores_mu_;
+  std::vector<std::weak_ptr<RestoreHandle>> restores_;  // guarded by restores_mu_
+  size_t registry_floor_ = 64;                          // guarded by restores_mu_
 };
 
 std::shared_ptr<PyStore> OpenStore(const pyb::dict& config) {
@@ -215,6 +333,35 @@ PYBIND11_MODULE(_core, m) {
                ", corrupt=" + std::to_string(r.corrupt) + ")";
       });
 
+  pyb::class_<flatcake::LookupResult>(m, "LookupResult")
+      .def_readonly("leading_hits", &flatcake::LookupResult::leading_hits)
+      .def_property_readonly("slowest_medium",
+                             [](const flatcake::LookupResult& r) {
+                               return r.slowest_medium == flatcake::MediaType::kSsd ? "ssd"
+                                                                                    : "dram";
+                             })
+      .def_readonly("dram_bytes", &flatcake::LookupResult::dram_bytes)
+      .def_readonly("ssd_bytes", &flatcake::LookupResult::ssd_bytes)
+      .def("__repr__", [](const flatcake::LookupResult& r) {
+        return "LookupResult(leading_hits=" + std::to_string(r.leading_hits) +
+               ", slowest=" + (r.slowest_medium == flatcake::MediaType::kSsd ? "ssd" : "dram") +
+               ", dram_bytes=" + std::to_string(r.dram_bytes) +
+               ", ssd_bytes=" + std::to_string(r.ssd_bytes) + ")";
+      });
+
+  pyb::class_<py::PyRestoreHandle>(m, "RestoreHandle")
+      .def("wait", &py::PyRestoreHandle::Wait, arg("timeout") = pyb::none(),
+           "Blocks until the restore is done, or at most `timeout` seconds; True when done. "
+           "The GIL is released while waiting.")
+      .def("wait_layer", &py::PyRestoreHandle::WaitLayer, arg("layer"),
+           "Blocks until layer `layer` of every block is in the buffers; raises flatcake.Error "
+           "if the restore failed.")
+      .def("done", &py::PyRestoreHandle::Done)
+      .def("cancel", &py::PyRestoreHandle::Cancel)
+      .def_property_readonly("result", &py::PyRestoreHandle::FinishedResult,
+                             "The GetResult of a finished restore; raises flatcake.Error if it "
+                             "failed (code 'Aborted' when cancelled) or is still running.");
+
   pyb::class_<py::PyStore, std::shared_ptr<py::PyStore>>(m, "Store")
       .def("put", &py::PyStore::Put, arg("keys"), arg("layout"), arg("kind"), arg("ptrs"),
            pyb::kw_only(), arg("session") = std::string(), arg("prefix_tail") = pyb::none(),
@@ -225,6 +372,11 @@ PYBIND11_MODULE(_core, m) {
       .def("get", &py::PyStore::Get, arg("keys"), arg("layout"), arg("kind"), arg("ptrs"),
            "Copies blocks into caller memory; a missing key is a miss (found[i] False).")
       .def("exists", &py::PyStore::Exists, arg("keys"), "Number of leading keys present.")
+      .def("lookup", &py::PyStore::Lookup, arg("keys"),
+           "Leading hits, the slowest medium among them and their bytes per medium.")
+      .def("restore", &py::PyStore::Restore, arg("keys"), arg("layout"), arg("kind"), arg("ptrs"),
+           arg("arrival_ns") = pyb::none(),
+           "Starts a restore scheduled by the store's FC-MAS; returns a RestoreHandle.")
       .def("reclaim", &py::PyStore::Reclaim, arg("medium"), arg("target_fraction"))
       .def("clear", &py::PyStore::Clear)
       .def("stats", &py::PyStore::Stats)

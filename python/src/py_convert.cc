@@ -309,6 +309,10 @@ pyb::dict StatsToDict(const StoreStats& s) {
   d["puts"] = s.puts;
   d["gets"] = s.gets;
   d["exists_calls"] = s.exists_calls;
+  d["restores_dram_ready"] = s.restores_dram_ready;
+  d["restores_ssd"] = s.restores_ssd;
+  d["restores_cancelled"] = s.restores_cancelled;
+  d["restore_window_peak_bytes"] = s.restore_window_peak_bytes;
   d["blocks_written"] = s.blocks_written;
   d["blocks_skipped_present"] = s.blocks_skipped_present;
   d["hits"] = s.hits;

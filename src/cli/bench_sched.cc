@@ -2,22 +2,23 @@
 // and SSD-preparing restores.
 //
 // One seeded arrival sequence (Poisson arrivals, a DRAM-ready share, SSD sizes log-uniform in a
-// range) is served twice, once per policy, by the real MasScheduler: a submitter thread releases
-// requests at their arrival times, consumer threads pop ready requests and copy DRAM-ready ones
-// (a modelled copy time), and a modelled SSD serves prefetches. The SSD is one device of the given
-// bandwidth serving admitted prefetches one at a time in admission order, so both policies get
-// the same SSD throughput and differ only in ordering. By default service takes real time (SSD
-// transfers sleep on a device thread, DRAM copies spin on the consumer thread), so the
-// scheduler's locks, condition variables and threads are exercised, and thread wake-up delays on
-// a busy machine show in the figures; with --virtual it is a discrete-event run of the same
-// queueing core (SimulateRestores), exact and instantaneous. Latency: arrival to the end of the
-// consumer's service.
+// range) is served twice, once per policy (StoreOptions::scheduler), by a real store through its
+// public restore API: the store holds DRAM-resident and SSD-resident sessions (written with real
+// writes before the stream starts), a submitter thread calls Store::Restore for each request at
+// its arrival time, stamped with that time, and the restores read real bytes from this machine's
+// disk, checksums verified. Latency: arrival to the moment the request's last layer is in its
+// destination (the layer callback). The store schedules; this benchmark only submits and times.
+//
+// With --virtual the same stream is a discrete-event run of FC-MAS's queueing core
+// (SimulateRestores, sched/restore_sim.h) against a modelled SSD (--ssd-gbps) and modelled copies
+// (--dram-copy-us, --consumers): exact and instantaneous, for scales this machine cannot serve.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -30,9 +31,11 @@
 #include "cli/commands.h"
 #include "cli/store_flags.h"
 #include "flatcake/gva.h"
-#include "sched/mas_scheduler.h"
+#include "flatcake/store.h"
 #include "sched/restore_queue.h"
 #include "sched/restore_sim.h"
+#include "testing/test_util.h"
+#include "util/align.h"
 
 namespace flatcake::cli {
 namespace {
@@ -47,16 +50,21 @@ std::string Num(double x) {
 struct SchedBenchOptions {
   uint64_t requests = 2000;  // in [1, kMaxRequests]: a CLI::Range check on the option
   double dram_share = 0.5;
-  double rate = 1000;  // arrivals per second
-  double ssd_gbps = 4.0;
+  double rate = 400;  // arrivals per second
   double ssd_min_mib = 1;
   double ssd_max_mib = 16;
-  double dram_copy_us = 50;
   double window_mib = 64;
-  int consumers = 2;
   uint64_t seed = 1;
   bool virtual_time = false;
   bool json = false;
+  // The store (real time).
+  double dram_mib = 1;  // size of a DRAM-ready request
+  std::string io_engine = "auto";
+  std::string ssd_dir;  // empty: a temporary directory, removed afterwards
+  // The model (--virtual).
+  double ssd_gbps = 4.0;
+  double dram_copy_us = 50;
+  int consumers = 2;
 
   // Flag ranges. Comparisons are written so that NaN fails them. The upper bounds keep every
   // modelled time (ns, int64) and the window (bytes, uint64) far from overflow.
@@ -76,22 +84,28 @@ struct SchedBenchOptions {
       return Status::InvalidArgument("need 1 KiB <= --ssd-min-mib <= --ssd-max-mib");
     }
     if (ssd_max_mib > 1048576) return Status::InvalidArgument("--ssd-max-mib must be <= 1 TiB");
+    // The store holds 16 sessions of each class, written before the stream starts.
+    if (!virtual_time && ssd_max_mib > kMaxStoreSsdMib) {
+      return Status::InvalidArgument("--ssd-max-mib must be <= " + Num(kMaxStoreSsdMib) +
+                                     " with a real store (use --virtual for larger restores)");
+    }
+    if (!(dram_mib >= 1.0 / 1024 && dram_mib <= 256)) {
+      return Status::InvalidArgument("--dram-mib must be in [1/1024, 256]");
+    }
     if (!(dram_copy_us >= 0 && dram_copy_us <= 1e6)) {
       return Status::InvalidArgument("--dram-copy-us must be in [0, 1e6] (1 s)");
     }
     if (!(window_mib > 0 && window_mib <= 1048576)) {
       return Status::InvalidArgument("--window-mib must be in (0, 1048576] (1 TiB)");
     }
-    // Real time runs one thread per consumer; virtual time only counts them.
-    const int max_consumers = virtual_time ? 65536 : 256;
-    if (consumers < 1 || consumers > max_consumers) {
-      return Status::InvalidArgument("--consumers must be in [1, " + std::to_string(max_consumers) +
-                                     "]" + (virtual_time ? "" : " (real time: one thread each)") +
-                                     ", got " + std::to_string(consumers));
+    if (consumers < 1 || consumers > 65536) {
+      return Status::InvalidArgument("--consumers must be in [1, 65536], got " +
+                                     std::to_string(consumers));
     }
     return Status::OK();
   }
   static constexpr uint64_t kMaxRequests = 10000000;
+  static constexpr double kMaxStoreSsdMib = 256;
   static constexpr double kMinRate = 1e-3;
 };
 
@@ -129,123 +143,217 @@ std::vector<RestoreRequest> MakeArrivals(const SchedBenchOptions& o) {
   return out;
 }
 
-// Modelled SSD: one device thread serving prefetches FIFO; each takes bytes / bandwidth from the
-// later of its submission and the end of the previous transfer (sleep_until on that running
-// finish time, so oversleeping does not add up).
-class SleepSsd : public PrefetchExecutor {
- public:
-  explicit SleepSsd(double bytes_per_sec)
-      : bytes_per_sec_(bytes_per_sec), thread_([this] { Run(); }) {}
-  ~SleepSsd() override {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void Prefetch(const RestoreRequest& r, std::function<void(Status)> done) override {
-    {
-      std::lock_guard lock(mu_);
-      jobs_.push_back({r.kv_bytes, std::chrono::steady_clock::now(), std::move(done)});
-    }
-    cv_.notify_one();
-  }
-
- private:
-  struct Job {
-    uint64_t bytes;
-    std::chrono::steady_clock::time_point submitted;
-    std::function<void(Status)> done;
-  };
-  void Run() {
-    using Clock = std::chrono::steady_clock;
-    Clock::time_point device_free = Clock::now();
-    std::unique_lock lock(mu_);
-    for (;;) {
-      cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;
-      Job job = std::move(jobs_.front());
-      jobs_.pop_front();
-      lock.unlock();
-      const auto transfer = std::chrono::nanoseconds(
-          static_cast<int64_t>(static_cast<double>(job.bytes) * 1e9 / bytes_per_sec_));
-      // The device starts a transfer when it has the request and the previous transfer is over,
-      // not when this thread gets around to it: a late wake-up delays the completion callback
-      // but does not slow the modelled device down.
-      device_free = std::max(device_free, job.submitted) + transfer;
-      std::this_thread::sleep_until(device_free);
-      job.done(Status::OK());
-      lock.lock();
-    }
-  }
-
-  double bytes_per_sec_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job> jobs_;
-  bool stop_ = false;
-  std::thread thread_;  // last: starts after the members it uses
-};
-
 struct PolicyRun {
   std::vector<int64_t> dram_ns, ssd_ns;  // latencies
   int64_t makespan_ns = 0;               // stream start to last completion
   uint64_t peak_in_flight_bytes = 0;
+  uint64_t ssd_bytes_read = 0;
 };
 
-Result<PolicyRun> RunSleep(SchedPolicy policy, const SchedBenchOptions& o,
-                           const std::vector<RestoreRequest>& arrivals) {
-  SleepSsd ssd(o.ssd_gbps * 1e9);
-  MasSchedulerOptions so;
-  so.sched = {policy, static_cast<uint64_t>(o.window_mib * 1048576.0)};
-  FC_ASSIGN_OR_RETURN(std::unique_ptr<MasScheduler> sched, MasScheduler::Create(so, &ssd));
-  PolicyRun run;
-  std::mutex mu;
-  std::condition_variable all_done;
-  size_t finished = 0;
-  int64_t last_done = 0;
-  const auto copy = std::chrono::nanoseconds(static_cast<int64_t>(o.dram_copy_us * 1e3));
-  std::vector<std::thread> consumers;
-  for (int c = 0; c < o.consumers; ++c) {
-    consumers.emplace_back([&] {
-      while (std::optional<ReadyRequest> r = sched->PopReady()) {
-        if (r->restore_class == RestoreClass::kDramReady) {
-          // A copy occupies its thread: spin for the copy time rather than sleep (a sleep would
-          // add a second scheduler wake-up per request that a real copy does not have).
-          const auto until = std::chrono::steady_clock::now() + copy;
-          while (std::chrono::steady_clock::now() < until) {
-          }
+// The store's data set: DRAM-resident and SSD-resident sessions, and which keys each request of
+// the stream restores. Requests take turns over the sessions of their class; an SSD request
+// restores the leading blocks of its session that make up its size.
+class SchedDataSet {
+ public:
+  static constexpr KvLayout kLayout{16, 2, 16 * 1024};  // 512 KiB blocks
+  static constexpr uint64_t kSessions = 16;             // per medium
+
+  explicit SchedDataSet(const SchedBenchOptions& o)
+      : dram_blocks_(Blocks(o.dram_mib)), ssd_blocks_(Blocks(o.ssd_max_mib)) {}
+
+  uint64_t dram_bytes() const { return kSessions * dram_blocks_ * kLayout.block_bytes(); }
+  uint64_t ssd_bytes() const { return kSessions * ssd_blocks_ * kLayout.block_bytes(); }
+  uint64_t session_bytes() const {
+    return std::max(dram_blocks_, ssd_blocks_) * kLayout.block_bytes();
+  }
+  uint64_t max_request_blocks() const { return std::max(dram_blocks_, ssd_blocks_); }
+
+  // Writes every session (real writes, each on its medium).
+  Status Populate(Store& store) const {
+    std::vector<uint8_t> buf(session_bytes());
+    std::vector<void*> ptrs;
+    for (int m = 0; m < 2; ++m) {
+      const MediaType medium = m == 0 ? MediaType::kDram : MediaType::kSsd;
+      const uint64_t n = m == 0 ? dram_blocks_ : ssd_blocks_;
+      for (uint64_t s = 0; s < kSessions; ++s) {
+        const std::vector<Key> keys = SessionKeys(medium, s, n);
+        ptrs.clear();
+        for (uint64_t b = 0; b < n; ++b) {
+          uint8_t* p = buf.data() + b * kLayout.block_bytes();
+          testing::FillBlock(keys[b], p, kLayout.block_bytes());
+          ptrs.push_back(p);
         }
-        const int64_t done = SteadyNowNs();
-        std::lock_guard lock(mu);
-        const int64_t latency = done - r->request.arrival_ns;
-        (r->restore_class == RestoreClass::kDramReady ? run.dram_ns : run.ssd_ns)
-            .push_back(latency);
-        last_done = std::max(last_done, done);
-        if (++finished == arrivals.size()) all_done.notify_one();
+        WriteHints h;
+        h.session = std::string(m == 0 ? "dram-" : "ssd-") + std::to_string(s);
+        h.force_medium = medium;
+        FC_ASSIGN_OR_RETURN(PutResult r,
+                            store.Put(keys, kLayout, {BufferKind::kBlockContiguous, ptrs}, h));
+        if (r.written != n) return Status::IOError("bench sched: a session was not written whole");
       }
-    });
+    }
+    return Status::OK();
   }
-  Status submit_status;
-  const auto start = std::chrono::steady_clock::now();
-  const int64_t start_ns = SteadyNowNs();
-  for (const RestoreRequest& a : arrivals) {
-    std::this_thread::sleep_until(start + std::chrono::nanoseconds(a.arrival_ns));
-    RestoreRequest r = a;
-    r.arrival_ns = kStampOnSubmit;  // stamped by the scheduler's clock
-    submit_status = sched->Submit(r);
-    if (!submit_status.ok()) break;
+
+  // The keys request `r` (number `i` of the stream) restores.
+  std::vector<Key> RequestKeys(const RestoreRequest& r, uint64_t i) const {
+    if (r.kv_bytes == 0) return SessionKeys(MediaType::kDram, i % kSessions, dram_blocks_);
+    const uint64_t n = std::clamp<uint64_t>(
+        (r.kv_bytes + kLayout.block_bytes() - 1) / kLayout.block_bytes(), 1, ssd_blocks_);
+    return SessionKeys(MediaType::kSsd, i % kSessions, n);
   }
-  if (submit_status.ok()) {
-    std::unique_lock lock(mu);
-    all_done.wait(lock, [&] { return finished == arrivals.size(); });
+
+ private:
+  static uint64_t Blocks(double mib) {
+    const double bytes = mib * 1048576.0;
+    return std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(bytes / kLayout.block_bytes())));
   }
-  (void)sched->Shutdown();
-  for (auto& t : consumers) t.join();
-  FC_RETURN_IF_ERROR(submit_status);
-  run.makespan_ns = last_done - start_ns;
-  run.peak_in_flight_bytes = sched->stats().peak_in_flight_bytes;
+  static std::vector<Key> SessionKeys(MediaType medium, uint64_t session, uint64_t n) {
+    std::vector<Key> keys;
+    for (uint64_t b = 0; b < n; ++b) {
+      keys.push_back(Key{(static_cast<uint64_t>(medium) << 32) | session, b + 1});
+    }
+    return keys;
+  }
+
+  uint64_t dram_blocks_, ssd_blocks_;
+};
+
+// Pre-faulted destination buffers, reused once a restore into them is done (a fresh buffer's
+// first-touch page faults would be timed as restore latency).
+class DestPool {
+ public:
+  explicit DestPool(uint64_t bytes) : bytes_(bytes) {}
+  uint8_t* Take() {
+    std::lock_guard lock(mu_);
+    if (free_.empty()) {
+      owned_.push_back(std::make_unique<uint8_t[]>(bytes_));
+      std::memset(owned_.back().get(), 0, bytes_);
+      return owned_.back().get();
+    }
+    uint8_t* p = free_.back();
+    free_.pop_back();
+    return p;
+  }
+  void Give(uint8_t* p) {
+    std::lock_guard lock(mu_);
+    free_.push_back(p);
+  }
+  void Reserve(size_t n) {
+    std::vector<uint8_t*> taken;
+    for (size_t i = 0; i < n; ++i) taken.push_back(Take());
+    for (uint8_t* p : taken) Give(p);
+  }
+
+ private:
+  const uint64_t bytes_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<uint8_t[]>> owned_;
+  std::vector<uint8_t*> free_;
+};
+
+Result<PolicyRun> RunStore(SchedPolicy policy, const SchedBenchOptions& o,
+                           const std::vector<RestoreRequest>& arrivals, const std::string& dir) {
+  const SchedDataSet data(o);
+  StoreOptions so;
+  so.dram_bytes = data.dram_bytes() + 64 * kMiB;
+  so.ssd_dirs = {dir};
+  so.ssd_file_bytes = AlignUp(std::max<uint64_t>(data.session_bytes(), 64 * kMiB), 4096);
+  so.ssd_bytes = so.ssd_file_bytes * (2 + data.ssd_bytes() / so.ssd_file_bytes);
+  so.read_window_bytes = static_cast<uint64_t>(o.window_mib * 1048576.0);
+  so.io_engine = o.io_engine;
+  so.scheduler = policy == SchedPolicy::kFcfs ? RestoreScheduler::kFcfs : RestoreScheduler::kMas;
+  FC_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(so));
+  FC_RETURN_IF_ERROR(data.Populate(*store));
+  const KvLayout& layout = SchedDataSet::kLayout;
+  const uint64_t bb = layout.block_bytes();
+  DestPool pool(data.max_request_blocks() * bb);
+  pool.Reserve(16);
+
+  struct InFlight {
+    size_t index;
+    uint64_t keys;
+    uint8_t* dst;
+    std::unique_ptr<RestoreHandle> handle;
+  };
+  std::vector<std::atomic<int64_t>> done_ns(arrivals.size());
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<InFlight> queue;
+  bool closed = false;
+  Status failure;
+  // The collector waits for the restores in submission order and recycles their buffers; the
+  // latencies come from the layer callbacks, so waiting in order does not skew them.
+  std::thread collector([&] {
+    for (;;) {
+      InFlight f;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return closed || !queue.empty(); });
+        if (queue.empty()) return;
+        f = std::move(queue.front());
+        queue.pop_front();
+      }
+      Result<GetResult> r = f.handle->Wait();
+      Status st = r.ok() ? Status::OK() : r.status();
+      if (st.ok() && (r->hits != f.keys || r->corrupt != 0)) {
+        st = Status::Corruption("bench sched: request " + std::to_string(f.index) + " got " +
+                                std::to_string(r->hits) + " of " + std::to_string(f.keys) +
+                                " blocks (" + std::to_string(r->corrupt) + " corrupt)");
+      }
+      pool.Give(f.dst);
+      if (!st.ok()) {
+        std::lock_guard lock(mu);
+        if (failure.ok()) failure = st;
+      }
+    }
+  });
+
+  const int64_t start_ns = SteadyNowNs() + 10'000'000;  // the stream starts in 10 ms
+  const auto start = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(start_ns));
+  std::vector<void*> ptrs;
+  for (size_t i = 0; i < arrivals.size(); ++i) {
+    std::this_thread::sleep_until(start + std::chrono::nanoseconds(arrivals[i].arrival_ns));
+    const std::vector<Key> keys = data.RequestKeys(arrivals[i], i);
+    uint8_t* dst = pool.Take();
+    ptrs.clear();
+    for (size_t b = 0; b < keys.size(); ++b) ptrs.push_back(dst + b * bb);
+    RestoreOptions ro;
+    ro.arrival_ns = start_ns + arrivals[i].arrival_ns;
+    std::atomic<int64_t>* done = &done_ns[i];
+    ro.on_layer = [done, last = layout.num_layers - 1](uint32_t l) {
+      if (l == last) done->store(SteadyNowNs(), std::memory_order_relaxed);
+    };
+    auto h = store->Restore(keys, layout, {BufferKind::kBlockContiguous, ptrs}, ro);
+    if (!h.ok()) {
+      pool.Give(dst);
+      std::lock_guard lock(mu);
+      failure = h.status();
+      break;
+    }
+    {
+      std::lock_guard lock(mu);
+      queue.push_back(InFlight{i, keys.size(), dst, std::move(*h)});
+    }
+    cv.notify_one();
+  }
+  {
+    std::lock_guard lock(mu);
+    closed = true;
+  }
+  cv.notify_one();
+  collector.join();
+  FC_RETURN_IF_ERROR(failure);
+
+  PolicyRun run;
+  for (size_t i = 0; i < arrivals.size(); ++i) {
+    const int64_t done = done_ns[i].load(std::memory_order_relaxed);
+    const int64_t latency = done - (start_ns + arrivals[i].arrival_ns);
+    (arrivals[i].kv_bytes == 0 ? run.dram_ns : run.ssd_ns).push_back(latency);
+    run.makespan_ns = std::max(run.makespan_ns, done - start_ns);
+  }
+  const StoreStats st = store->GetStats();
+  run.peak_in_flight_bytes = st.restore_window_peak_bytes;
+  run.ssd_bytes_read = st.ssd.read_bytes;
   return run;
 }
 
@@ -279,64 +387,34 @@ double MaxMs(const std::vector<int64_t>& v) {
   return v.empty() ? 0 : static_cast<double>(*std::max_element(v.begin(), v.end())) / 1e6;
 }
 
-int RunSchedBench(const SchedBenchOptions& o) {
-  auto bad_flags = [](const Status& s) { return ReportArgError("bench sched", s); };
-  if (Status s = o.Validate(); !s.ok()) return bad_flags(s);
-  // The stream's modelled length is known only once it is drawn: arrivals, and the work the SSD
-  // and the consumers must get through, each bound how long a run is (real time) and how large
-  // its timestamps grow (virtual time).
-  const double expected_span_s = static_cast<double>(o.requests) / o.rate;
+// Checks that the stream fits the run's limits; InvalidArgument naming the figure otherwise.
+Status CheckSpan(const SchedBenchOptions& o, const std::vector<RestoreRequest>& arrivals) {
   const double max_span_s = o.virtual_time ? kMaxVirtualSpanS : kMaxRealSpanS;
-  if (expected_span_s > max_span_s) {
-    return bad_flags(Status::InvalidArgument(
-        "--requests / --rate = " + Num(expected_span_s) + " s of arrivals, more than " +
-        std::to_string(static_cast<int64_t>(max_span_s)) + " s" +
-        (o.virtual_time ? "" : " of real time (use --virtual, or raise --rate)")));
-  }
-  const std::vector<RestoreRequest> arrivals = MakeArrivals(o);
   uint64_t ssd_bytes = 0, dram_requests = 0;
   for (const RestoreRequest& r : arrivals) {
     ssd_bytes += r.kv_bytes;
     dram_requests += r.kv_bytes == 0;
   }
   const double span_s = static_cast<double>(arrivals.back().arrival_ns) / 1e9;
+  if (!o.virtual_time) {
+    if (span_s <= max_span_s) return Status::OK();
+    return Status::InvalidArgument("the stream's arrivals span " + Num(span_s) + " s, more than " +
+                                   Num(max_span_s) +
+                                   " s of real time (use --virtual, or raise --rate)");
+  }
   const double ssd_work_s = static_cast<double>(ssd_bytes) / (o.ssd_gbps * 1e9);
   // DRAM copies are spread over the consumers.
   const double copy_work_s =
       static_cast<double>(dram_requests) * o.dram_copy_us / 1e6 / o.consumers;
   if (span_s > max_span_s || ssd_work_s > max_span_s || copy_work_s > max_span_s) {
-    return bad_flags(Status::InvalidArgument(
-        "the stream models " + Num(span_s) + " s of arrivals, " + Num(ssd_work_s) +
-        " s of SSD transfers and " + Num(copy_work_s) +
-        " s of DRAM copies; each must be <= " + std::to_string(static_cast<int64_t>(max_span_s)) +
-        " s" + (o.virtual_time ? "" : " in real time (use --virtual)")));
+    return Status::InvalidArgument("the stream models " + Num(span_s) + " s of arrivals, " +
+                                   Num(ssd_work_s) + " s of SSD transfers and " + Num(copy_work_s) +
+                                   " s of DRAM copies; each must be <= " + Num(max_span_s) + " s");
   }
-  const double ssd_busy =
-      static_cast<double>(ssd_bytes) / (o.ssd_gbps * 1e9) / std::max(span_s, 1e-9);
-  const char* service = o.virtual_time ? "virtual-time" : "sleep-based";
+  return Status::OK();
+}
 
-  const auto wall_start = std::chrono::steady_clock::now();
-  PolicyRun runs[2];
-  const SchedPolicy policies[2] = {SchedPolicy::kMas, SchedPolicy::kFcfs};
-  for (int i = 0; i < 2; ++i) {
-    Result<PolicyRun> r =
-        o.virtual_time ? RunVirtual(policies[i], o, arrivals) : RunSleep(policies[i], o, arrivals);
-    if (!r.ok()) {
-      std::fprintf(stderr, "flatcake bench sched: %s\n", r.status().ToString().c_str());
-      return 1;
-    }
-    runs[i] = std::move(*r);
-  }
-  const double wall_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-
-  std::printf(
-      "sched: %llu requests (%.0f%% DRAM-ready), %.0f arrivals/s over %.2f s, SSD %.2f GB/s "
-      "modelled (%s service, one FIFO device, %.0f%% busy), SSD sizes %.1f-%.1f MiB log-uniform, "
-      "window %.0f MiB, %d consumers, DRAM copy %.0f us, seed %llu\n",
-      static_cast<unsigned long long>(o.requests), o.dram_share * 100, o.rate, span_s, o.ssd_gbps,
-      service, ssd_busy * 100, o.ssd_min_mib, o.ssd_max_mib, o.window_mib, o.consumers,
-      o.dram_copy_us, static_cast<unsigned long long>(o.seed));
+void PrintTable(const PolicyRun (&runs)[2], const SchedPolicy (&policies)[2]) {
   std::printf("%-7s %-14s %6s %9s %9s %9s %12s\n", "policy", "class", "count", "p50_ms", "p99_ms",
               "max_ms", "makespan_ms");
   for (int i = 0; i < 2; ++i) {
@@ -349,42 +427,112 @@ int RunSchedBench(const SchedBenchOptions& o) {
                   PercentileMs(v, 99), MaxMs(v), static_cast<double>(r.makespan_ns) / 1e6);
     }
   }
+}
+
+nlohmann::json ResultJson(const SchedBenchOptions& o, const PolicyRun (&runs)[2], double ratio,
+                          double wall_s) {
+  nlohmann::json j;
+  j["bench"] = "sched";
+  j["service"] = o.virtual_time ? "virtual-time" : "store";
+  j["requests"] = o.requests;
+  j["dram_share"] = o.dram_share;
+  j["rate_per_s"] = o.rate;
+  j["ssd_min_mib"] = o.ssd_min_mib;
+  j["ssd_max_mib"] = o.ssd_max_mib;
+  j["window_mib"] = o.window_mib;
+  j["seed"] = o.seed;
+  if (o.virtual_time) {
+    j["ssd_gbps"] = o.ssd_gbps;
+    j["consumers"] = o.consumers;
+    j["dram_copy_us"] = o.dram_copy_us;
+  } else {
+    j["dram_mib"] = o.dram_mib;
+    j["io_engine"] = o.io_engine;
+  }
+  const char* names[2] = {"mas", "fcfs"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string n = names[i];
+    j[n + "_dram_p50_ms"] = PercentileMs(runs[i].dram_ns, 50);
+    j[n + "_dram_p99_ms"] = PercentileMs(runs[i].dram_ns, 99);
+    j[n + "_ssd_p50_ms"] = PercentileMs(runs[i].ssd_ns, 50);
+    j[n + "_ssd_p99_ms"] = PercentileMs(runs[i].ssd_ns, 99);
+    j[n + "_ssd_max_ms"] = MaxMs(runs[i].ssd_ns);
+    j[n + "_makespan_ms"] = static_cast<double>(runs[i].makespan_ns) / 1e6;
+    if (!o.virtual_time) {
+      j[n + "_peak_inflight_mib"] = static_cast<double>(runs[i].peak_in_flight_bytes) / 1048576.0;
+      j[n + "_ssd_read_gbps"] = runs[i].makespan_ns > 0
+                                    ? static_cast<double>(runs[i].ssd_bytes_read) /
+                                          static_cast<double>(runs[i].makespan_ns)
+                                    : 0;
+    }
+  }
+  j["fcfs_vs_mas_dram_p99"] = ratio;
+  j["wall_s"] = wall_s;
+  return j;
+}
+
+int RunSchedBench(const SchedBenchOptions& o) {
+  auto bad_flags = [](const Status& s) { return ReportArgError("bench sched", s); };
+  if (Status s = o.Validate(); !s.ok()) return bad_flags(s);
+  const double max_span_s = o.virtual_time ? kMaxVirtualSpanS : kMaxRealSpanS;
+  const double expected_span_s = static_cast<double>(o.requests) / o.rate;
+  if (expected_span_s > max_span_s) {
+    return bad_flags(Status::InvalidArgument(
+        "--requests / --rate = " + Num(expected_span_s) + " s of arrivals, more than " +
+        Num(max_span_s) + " s" +
+        (o.virtual_time ? "" : " of real time (use --virtual, or raise --rate)")));
+  }
+  const std::vector<RestoreRequest> arrivals = MakeArrivals(o);
+  if (Status s = CheckSpan(o, arrivals); !s.ok()) return bad_flags(s);
+  std::unique_ptr<testing::TempDir> tmp;
+  std::string dir = o.ssd_dir;
+  if (!o.virtual_time && dir.empty()) {
+    tmp = std::make_unique<testing::TempDir>("flatcake-sched");
+    dir = tmp->path();
+    if (dir.empty())
+      return ReportStatus("bench sched", Status::IOError("cannot create a temp dir"));
+  }
+
+  const auto wall_start = std::chrono::steady_clock::now();
+  PolicyRun runs[2];
+  const SchedPolicy policies[2] = {SchedPolicy::kMas, SchedPolicy::kFcfs};
+  for (int i = 0; i < 2; ++i) {
+    Result<PolicyRun> r = o.virtual_time ? RunVirtual(policies[i], o, arrivals)
+                                         : RunStore(policies[i], o, arrivals, dir);
+    if (!r.ok()) {
+      if (!o.virtual_time) return ReportOpenError("bench sched", r.status());
+      return ReportStatus("bench sched", r.status());
+    }
+    runs[i] = std::move(*r);
+  }
+  const double wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  const double span_s = static_cast<double>(arrivals.back().arrival_ns) / 1e9;
+  if (o.virtual_time) {
+    std::printf(
+        "sched: %llu requests (%.0f%% DRAM-ready), %.0f arrivals/s over %.2f s, virtual time: SSD "
+        "%.2f GB/s modelled (one FIFO device), SSD sizes %.1f-%.1f MiB log-uniform, window %.0f "
+        "MiB, %d consumers, DRAM copy %.0f us, seed %llu\n",
+        static_cast<unsigned long long>(o.requests), o.dram_share * 100, o.rate, span_s, o.ssd_gbps,
+        o.ssd_min_mib, o.ssd_max_mib, o.window_mib, o.consumers, o.dram_copy_us,
+        static_cast<unsigned long long>(o.seed));
+  } else {
+    std::printf(
+        "sched: %llu requests (%.0f%% DRAM-ready, %.2f MiB each), %.0f arrivals/s over %.2f s, "
+        "through Store::Restore on a real store (%s engine, read window %.0f MiB), SSD restores "
+        "%.1f-%.1f MiB log-uniform, seed %llu\n",
+        static_cast<unsigned long long>(o.requests), o.dram_share * 100, o.dram_mib, o.rate, span_s,
+        o.io_engine.c_str(), o.window_mib, o.ssd_min_mib, o.ssd_max_mib,
+        static_cast<unsigned long long>(o.seed));
+  }
+  PrintTable(runs, policies);
   const double mas_p99 = PercentileMs(runs[0].dram_ns, 99);
   const double fcfs_p99 = PercentileMs(runs[1].dram_ns, 99);
   const double ratio = mas_p99 > 0 ? fcfs_p99 / mas_p99 : 0;
-  std::printf("DRAM-ready P99: FCFS %.3f ms / FC-MAS %.3f ms = %.1fx (target >= 5x); wall %.2f s\n",
-              fcfs_p99, mas_p99, ratio, wall_s);
-
-  if (o.json) {
-    nlohmann::json j;
-    j["bench"] = "sched";
-    j["service"] = service;
-    j["requests"] = o.requests;
-    j["dram_share"] = o.dram_share;
-    j["rate_per_s"] = o.rate;
-    j["ssd_gbps"] = o.ssd_gbps;
-    j["ssd_busy"] = ssd_busy;
-    j["window_mib"] = o.window_mib;
-    j["consumers"] = o.consumers;
-    j["dram_copy_us"] = o.dram_copy_us;
-    j["seed"] = o.seed;
-    const char* names[2] = {"mas", "fcfs"};
-    for (int i = 0; i < 2; ++i) {
-      const std::string n = names[i];
-      j[n + "_dram_p50_ms"] = PercentileMs(runs[i].dram_ns, 50);
-      j[n + "_dram_p99_ms"] = PercentileMs(runs[i].dram_ns, 99);
-      j[n + "_ssd_p50_ms"] = PercentileMs(runs[i].ssd_ns, 50);
-      j[n + "_ssd_p99_ms"] = PercentileMs(runs[i].ssd_ns, 99);
-      j[n + "_ssd_max_ms"] = MaxMs(runs[i].ssd_ns);
-      j[n + "_makespan_ms"] = static_cast<double>(runs[i].makespan_ns) / 1e6;
-    }
-    if (!o.virtual_time) {
-      j["mas_peak_inflight_mib"] = static_cast<double>(runs[0].peak_in_flight_bytes) / 1048576.0;
-    }
-    j["fcfs_vs_mas_dram_p99"] = ratio;
-    j["wall_s"] = wall_s;
-    std::printf("%s\n", j.dump().c_str());
-  }
+  std::printf(
+      "DRAM-ready P99: FCFS %.3f ms / FC-MAS %.3f ms = %.1fx (target >= 10x); wall %.2f s\n",
+      fcfs_p99, mas_p99, ratio, wall_s);
+  if (o.json) std::printf("%s\n", ResultJson(o, runs, ratio, wall_s).dump().c_str());
   return 0;
 }
 
@@ -394,8 +542,9 @@ void RegisterSchedBench(CLI::App& bench, int* exit_code) {
   auto opt = std::make_shared<SchedBenchOptions>();
   CLI::App* cmd = bench.add_subcommand(
       "sched",
-      "FC-MAS vs one FCFS queue on the same mixed stream of DRAM-ready and SSD restores: P50/P99 "
-      "latency per class (modelled SSD and copy times); exits 2 on bad flags");
+      "FC-MAS vs one FCFS queue on the same mixed stream of DRAM-ready and SSD restores, through "
+      "a real store's restore API (or --virtual: a discrete-event model): P50/P99 latency per "
+      "class; exits 2 on bad flags");
   cmd->add_option("--requests", opt->requests, "Requests in the stream")
       ->check(CLI::Range(uint64_t{1}, SchedBenchOptions::kMaxRequests))
       ->capture_default_str();
@@ -405,23 +554,34 @@ void RegisterSchedBench(CLI::App& bench, int* exit_code) {
                   "Arrivals per second, Poisson (1e-3 to 1e9; --requests / --rate at most 600 s "
                   "in real time)")
       ->capture_default_str();
-  cmd->add_option("--ssd-gbps", opt->ssd_gbps, "Modelled SSD bandwidth, GB/s")
-      ->capture_default_str();
   cmd->add_option("--ssd-min-mib", opt->ssd_min_mib, "Smallest SSD restore, MiB")
       ->capture_default_str();
   cmd->add_option("--ssd-max-mib", opt->ssd_max_mib,
-                  "Largest SSD restore, MiB (sizes are log-uniform in between)")
+                  "Largest SSD restore, MiB (sizes are log-uniform in between; at most 256 with "
+                  "a real store)")
       ->capture_default_str();
-  cmd->add_option("--dram-copy-us", opt->dram_copy_us, "Copy time of a DRAM-ready request, us")
+  cmd->add_option("--window-mib", opt->window_mib,
+                  "The store's read window, into which FC-MAS admits SSD restores, MiB")
       ->capture_default_str();
-  cmd->add_option("--window-mib", opt->window_mib, "FC-MAS prefetch window, MiB")
+  cmd->add_option("--dram-mib", opt->dram_mib, "Size of a DRAM-ready restore, MiB (real store)")
+      ->capture_default_str();
+  cmd->add_option("--io-engine", opt->io_engine,
+                  "I/O engine of the store: auto, uring, preadv, posix")
+      ->check(CLI::IsMember({"auto", "uring", "preadv", "posix"}))
+      ->capture_default_str();
+  cmd->add_option("--ssd-dir", opt->ssd_dir,
+                  "Directory of the store's SSD pool (default: a temporary one, removed after)");
+  cmd->add_option("--ssd-gbps", opt->ssd_gbps, "Modelled SSD bandwidth, GB/s (--virtual)")
+      ->capture_default_str();
+  cmd->add_option("--dram-copy-us", opt->dram_copy_us,
+                  "Modelled copy time of a DRAM-ready request, us (--virtual)")
       ->capture_default_str();
   cmd->add_option("--consumers", opt->consumers,
-                  "Consumer threads popping ready requests (1-256; up to 65536 with --virtual)")
+                  "Modelled consumers popping ready requests (--virtual; 1-65536)")
       ->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Seed of the arrival sequence")->capture_default_str();
   cmd->add_flag("--virtual", opt->virtual_time,
-                "Discrete-event virtual time instead of sleeping (exact, instantaneous)");
+                "Discrete-event virtual time of FC-MAS's queueing core instead of a real store");
   cmd->add_flag("--json", opt->json, "Print one JSON object with the results on the last line");
   cmd->callback([opt, exit_code] { *exit_code = RunSchedBench(*opt); });
 }

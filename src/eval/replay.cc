@@ -8,14 +8,11 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
-#include <future>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 
 #include "flatcake/store.h"
-#include "sched/mas_scheduler.h"
-#include "store/flat_store.h"
 #include "testing/test_util.h"
 #include "util/align.h"
 
@@ -60,9 +57,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual size_t Lookup(std::span<const Key> keys) = 0;
-  // Restores `keys` into `dst`; blocks until the data is ready for prefill.
+  // Restores `keys` into `dst` for a request that arrived at `arrival`; blocks until the data is
+  // ready for prefill.
   virtual RestoreOutcome Restore(std::span<const Key> keys, const BlockBuffers& dst,
-                                 uint64_t hit_tokens) = 0;
+                                 uint64_t hit_tokens, Clock::time_point arrival) = 0;
   // Writes the blocks a request recomputed; `prefix_len` blocks before keys[0] were restored,
   // the last of them being `tail` (when prefix_len > 0).
   virtual Status Write(std::span<const Key> keys, const BlockBuffers& src, size_t req,
@@ -70,69 +68,43 @@ class Backend {
   virtual void Finish(ReplayReport* report) = 0;
 };
 
-// --- flat: FlatStore + FC-MAS ---
+// --- flat: the store's own restore API (FC-MAS runs inside the store) ---
 
-class FlatBackend final : public Backend, public PrefetchExecutor {
+class FlatBackend final : public Backend {
  public:
   FlatBackend(std::unique_ptr<Store> store, const KvLayout& layout, uint32_t block_tokens,
-              std::vector<RequestHints> hints, uint32_t threads)
+              std::vector<RequestHints> hints)
       : store_(std::move(store)),
         layout_(layout),
         block_tokens_(block_tokens),
-        hints_(std::move(hints)) {
-    for (uint32_t i = 0; i < threads; ++i) pool_.emplace_back([this] { PoolLoop(); });
-  }
-  ~FlatBackend() override {
-    if (sched_) sched_->Shutdown();
-    if (consumer_.joinable()) consumer_.join();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : pool_) t.join();
-  }
-  Status Start(uint64_t window_bytes) {
-    MasSchedulerOptions so;
-    so.sched.window_bytes = window_bytes;
-    FC_ASSIGN_OR_RETURN(sched_, MasScheduler::Create(so, this));
-    consumer_ = std::thread([this] { ConsumeLoop(); });
-    return Status::OK();
-  }
+        hints_(std::move(hints)) {}
 
   size_t Lookup(std::span<const Key> keys) override { return store_->Exists(keys); }
 
-  RestoreOutcome Restore(std::span<const Key> keys, const BlockBuffers& dst,
-                         uint64_t /*hit_tokens*/) override {
-    Pending p;
-    p.keys = keys;
-    p.dst = &dst;
-    uint64_t ssd_blocks = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const Key& k : keys) {
-        auto it = medium_.find(k);
-        ssd_blocks += it != medium_.end() && it->second == MediaType::kSsd;
-      }
-      p.id = next_id_++;
-      pending_[p.id] = &p;
+  RestoreOutcome Restore(std::span<const Key> keys, const BlockBuffers& dst, uint64_t,
+                         Clock::time_point arrival) override {
+    RestoreOutcome out;
+    RestoreOptions ro;
+    ro.arrival_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(arrival.time_since_epoch()).count();
+    const auto t0 = Clock::now();
+    auto r = store_->Get(keys, layout_, dst, ro);
+    out.ready = Clock::now();
+    if (!r.ok()) {
+      out.status = r.status();
+      out.found.assign(keys.size(), 0);
+      return out;
     }
-    // DRAM-ready: served at once by this thread. SSD-preparing: the executor restores it when
-    // FC-MAS admits it into the window.
-    if (ssd_blocks == 0) Run(p);
-    const Gva slowest = ssd_blocks ? EncodeGva(MediaType::kSsd, 0, 0) : 0;
-    Status st = sched_->Submit(
-        RestoreRequest{p.id, kStampOnSubmit, slowest, ssd_blocks * layout_.block_bytes()});
-    if (!st.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      pending_.erase(p.id);
-      p.out.status = st;
-      return p.out;
-    }
-    p.popped.get_future().wait();
-    p.out.ready = Clock::now();
-    p.out.ssd = ssd_blocks > 0;
-    return p.out;
+    out.found = r->found;
+    out.corrupt = r->corrupt;
+    const uint64_t bb = layout_.block_bytes();
+    out.from_ssd_blocks = r->bytes_from_ssd / bb;
+    out.from_dram_blocks = r->bytes_from_dram / bb;
+    out.ssd = r->ssd_reads > 0;
+    // The reads' interval, queueing for the window excluded (arrival may precede t0).
+    out.io_begin = std::max(t0, arrival + std::chrono::nanoseconds(r->queued_ns));
+    out.io_end = out.io_begin + std::chrono::nanoseconds(r->ssd_read_ns);
+    return out;
   }
 
   Status Write(std::span<const Key> keys, const BlockBuffers& src, size_t req, size_t prefix_len,
@@ -144,12 +116,7 @@ class FlatBackend final : public Backend, public PrefetchExecutor {
     if (h.prior_reply_tokens >= 0) wh.prior_reply_tokens = h.prior_reply_tokens;
     wh.context_tokens = prefix_len * block_tokens_;
     if (prefix_len > 0) wh.prefix_tail = tail;
-    FC_ASSIGN_OR_RETURN(PutResult r, store_->Put(keys, layout_, src, wh));
-    if (r.written > 0) {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const Key& k : keys) medium_.try_emplace(k, r.medium);
-    }
-    return Status::OK();
+    return store_->Put(keys, layout_, src, wh).status();
   }
 
   void Finish(ReplayReport* rep) override {
@@ -162,95 +129,11 @@ class FlatBackend final : public Backend, public PrefetchExecutor {
     rep->scopes_reclaimed = s.dram.scopes_reclaimed + s.ssd.scopes_reclaimed;
   }
 
-  // PrefetchExecutor: runs on the scheduler's dispatching thread; hand off to the pool.
-  void Prefetch(const RestoreRequest& request, std::function<void(Status)> done) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      tasks_.push_back(Task{request.id, std::move(done)});
-    }
-    cv_.notify_one();
-  }
-
  private:
-  struct Pending {
-    uint64_t id = 0;
-    std::span<const Key> keys;
-    const BlockBuffers* dst = nullptr;
-    RestoreOutcome out;
-    std::promise<void> popped;
-  };
-  struct Task {
-    uint64_t id;
-    std::function<void(Status)> done;
-  };
-
-  void Run(Pending& p) {
-    p.out.io_begin = Clock::now();
-    auto r = store_->Get(p.keys, layout_, *p.dst);
-    p.out.io_end = Clock::now();
-    if (!r.ok()) {
-      p.out.status = r.status();
-      p.out.found.assign(p.keys.size(), 0);
-      return;
-    }
-    p.out.found = r->found;
-    p.out.corrupt = r->corrupt;
-    const uint64_t bb = layout_.block_bytes();
-    p.out.from_ssd_blocks = r->bytes_from_ssd / bb;
-    p.out.from_dram_blocks = r->bytes_from_dram / bb;
-  }
-  Pending* Find(uint64_t id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = pending_.find(id);
-    return it == pending_.end() ? nullptr : it->second;
-  }
-  void PoolLoop() {
-    for (;;) {
-      Task t;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
-        if (tasks_.empty()) return;
-        t = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      Pending* p = Find(t.id);
-      if (p != nullptr) Run(*p);
-      t.done(p != nullptr ? p->out.status : Status::NotFound("unknown restore"));
-    }
-  }
-  // The GPU side: takes ready restores in FC-MAS order (arrival order among the ready ones).
-  void ConsumeLoop() {
-    while (auto ready = sched_->PopReady()) {
-      Pending* p = nullptr;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        auto it = pending_.find(ready->request.id);
-        if (it == pending_.end()) continue;
-        p = it->second;
-        pending_.erase(it);
-      }
-      if (!ready->prefetch_status.ok() && p->out.status.ok())
-        p->out.status = ready->prefetch_status;
-      p->popped.set_value();
-    }
-  }
-
   std::unique_ptr<Store> store_;
   const KvLayout layout_;
   const uint32_t block_tokens_;
   const std::vector<RequestHints> hints_;
-  std::unique_ptr<MasScheduler> sched_;
-  std::thread consumer_;
-  std::vector<std::thread> pool_;
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Task> tasks_;
-  bool stop_ = false;
-  uint64_t next_id_ = 1;
-  std::unordered_map<uint64_t, Pending*> pending_;
-  std::unordered_map<Key, MediaType, KeyHash> medium_;  // where each written block went
 };
 
 // --- tiered / DRAM-only ---
@@ -260,8 +143,8 @@ class TieredBackend final : public Backend {
   TieredBackend(std::unique_ptr<baseline::TieredStore> store, const KvLayout& layout)
       : store_(std::move(store)), layout_(layout) {}
   size_t Lookup(std::span<const Key> keys) override { return store_->Exists(keys); }
-  RestoreOutcome Restore(std::span<const Key> keys, const BlockBuffers& dst,
-                         uint64_t hit_tokens) override {
+  RestoreOutcome Restore(std::span<const Key> keys, const BlockBuffers& dst, uint64_t hit_tokens,
+                         Clock::time_point) override {
     RestoreOutcome out;
     const auto t0 = Clock::now();
     const double timeout = baseline::PrefetchTimeoutSeconds(store_->options(), hit_tokens);
@@ -461,7 +344,8 @@ class Replayer {
     if (n > 0) {
       BlockBuffers dst = buf.Prepare(buf.in, buf.in_ptrs, n, bb);
       const uint64_t hit_tokens = std::min<uint64_t>(n * block_tokens_, req.input_tokens);
-      RestoreOutcome out = backend_->Restore(std::span<const Key>(keys.data(), n), dst, hit_tokens);
+      RestoreOutcome out =
+          backend_->Restore(std::span<const Key>(keys.data(), n), dst, hit_tokens, a.at);
       if (!out.status.ok()) Fail(out.status);
       ready = out.ready;
       revoked = out.revoked;
@@ -682,12 +566,9 @@ Result<ReplayReport> RunReplay(const std::vector<trace::TraceRequest>& requests,
     so.max_gap_bytes = o.flat_max_gap_bytes;
     so.io_engine = o.io_engine;
     so.max_scopes = 1 << 18;
-    FC_ASSIGN_OR_RETURN(auto store, FlatStore::OpenWithEngine(so, nullptr));
-    auto fb = std::make_unique<FlatBackend>(std::unique_ptr<Store>(std::move(store)), layout,
-                                            block_tokens, DeriveHints(requests),
-                                            std::max<uint32_t>(1, o.flat_prefetch_threads));
-    FC_RETURN_IF_ERROR(fb->Start(o.flat_window_bytes));
-    backend = std::move(fb);
+    FC_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(so));
+    backend = std::make_unique<FlatBackend>(std::move(store), layout, block_tokens,
+                                            DeriveHints(requests));
   } else {
     baseline::TieredStoreOptions to = o.tiered;
     to.dram_bytes = o.dram_bytes;

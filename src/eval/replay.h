@@ -3,8 +3,9 @@
 //
 // Each request, at its (scaled) arrival time, is taken by one of `workers` threads, which
 //  1. looks up its prefix (leading hits) and restores the hits with real reads into per-request
-//     host buffers: flat through Store::Get, SSD-backed restores scheduled by FC-MAS (DRAM-ready
-//     ones served at once); tiered through its staging pool, with revocation at the deadline;
+//     host buffers: flat through the store's restore API (Store::Get with the request's arrival
+//     time; the store's FC-MAS serves DRAM-ready restores at once and queues SSD ones for its
+//     read window); tiered through its staging pool, with revocation at the deadline;
 //  2. verifies every restored byte against the deterministic content of its block (FillBlock);
 //  3. models GPU prefill of the tokens it did not restore as time on one shared GPU (a serial
 //     server at `prefill_tokens_per_s`); TTFT = queueing + restore + waiting for and running
@@ -56,10 +57,9 @@ struct ReplayOptions {
 
   // Flat store knobs (the rest are StoreOptions defaults).
   uint64_t flat_file_bytes = 256ull << 20;   // SSD pool file (a segment never spans two)
-  uint64_t flat_window_bytes = 64ull << 20;  // FC-MAS window and restore staging window
+  uint64_t flat_window_bytes = 64ull << 20;  // the store's read window (FC-MAS admits into it)
   uint64_t tau_tokens = 512;
   uint64_t l_agent_tokens = 32768;
-  uint32_t flat_prefetch_threads = 4;
   // Δgap, scaled like the KV bytes: the store's 64 KiB default is a fraction of one layer run of
   // a real model, but 16 blocks' worth of this profile's 4 KiB slices. One slice keeps the same
   // proportion (bridge a hole of about one block, never a skipped session tail).

@@ -583,6 +583,7 @@ StoreStats FlatStore::GetStats() const {
   st.restores_dram_ready = restores_dram_.load();
   st.restores_ssd = restores_ssd_.load();
   st.restores_cancelled = restores_cancelled_.load();
+  st.restore_window_peak_bytes = sched_ ? sched_->stats().peak_in_flight_bytes : 0;
   st.blocks_written = blocks_written_.load();
   st.blocks_skipped_present = blocks_present_.load();
   st.hits = hits_.load();

@@ -89,7 +89,10 @@ bool FlatRestoreHandle::done() const {
   return job_->done;
 }
 
-void FlatRestoreHandle::Cancel() { store_->CancelRestore(job_); }
+void FlatRestoreHandle::Cancel() {
+  // A done restore no longer needs its store, which may be gone.
+  if (!done()) store_->CancelRestore(job_);
+}
 
 // --- FlatStore ---
 
