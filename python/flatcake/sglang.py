@@ -351,13 +351,21 @@ class FlatCakeStorage(HiCacheStorage):
         store_keys = [self._store_key(k) for k in keys]
         start = time.perf_counter()
         try:
-            result = self._store.get(store_keys, self._layout, ptrs, kind=self._kind)
+            result = self._restore(store_keys, ptrs, self._kind)
         except (flatcake.Error, ValueError) as e:
             logger.warning("FlatCake: loading %d pages failed: %s", len(keys), e)
             return [False] * len(keys)
         self._record("prefetch", result.hits, result.hits * self._layout.block_bytes,
                      time.perf_counter() - start)
         return [bool(f) for f in result.found]
+
+    def _restore(self, store_keys: List[str], ptrs: List[int], kind: str) -> flatcake.GetResult:
+        """One restore request, scheduled by the store's FC-MAS with the other workers' (a page
+        set whose hits are all in DRAM is served at once; one that needs SSD waits its turn for
+        the read window); blocks until it is done, with the GIL released."""
+        handle = self._store.restore(store_keys, self._layout, ptrs, kind=kind)
+        handle.wait()
+        return handle.result
 
     def batch_exists(self, keys: List[str],
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
@@ -437,9 +445,9 @@ class FlatCakeStorage(HiCacheStorage):
                                 for _ in keys]
         buffers = self._flat_buffers(len(keys), None, target_locations, target_sizes, "batch_get")
         try:
-            result = self._store.get([self._store_key(k) for k in keys], self._layout,
-                                     [b.data_ptr() if isinstance(b, torch.Tensor) else b
-                                      for b in buffers], kind="block_plane_major")
+            result = self._restore([self._store_key(k) for k in keys],
+                                   [b.data_ptr() if isinstance(b, torch.Tensor) else b
+                                    for b in buffers], "block_plane_major")
         except (flatcake.Error, ValueError) as e:
             logger.warning("FlatCake: loading %d pages failed: %s", len(keys), e)
             return [None] * len(keys)
