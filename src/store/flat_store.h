@@ -49,8 +49,8 @@ class FlatStore final : public Store {
                         const WriteHints& hints = {}) override;
   LookupResult Lookup(std::span<const Key> keys) override;
   // An SSD restore of at least this many slices starts its first layer as a restore of its own,
-  // ahead of the rest (see StartSsdReads).
-  static constexpr size_t kSplitRestoreSlices = 4096;
+  // ahead of the rest (io/layered_restore.h).
+  static constexpr size_t kSplitRestoreSlices = LayeredRestore::kSplitSlices;
   Result<std::unique_ptr<RestoreHandle>> Restore(std::span<const Key> keys, const KvLayout& layout,
                                                  const BlockBuffers& dst,
                                                  const RestoreOptions& options = {}) override;

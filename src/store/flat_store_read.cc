@@ -125,32 +125,18 @@ void FlatStore::BuildSsdSlices(const RestoreJob& job, uint32_t first, uint32_t l
   }
 }
 
-// SSD slices go through the restore pipeline: coalesced, layer-ordered reads in a bounded staging
-// window, with per-layer completion forwarded to the caller. Returns at once; `done` runs when
-// every read is back (on an I/O worker), or before this returns when nothing could be started.
-//
-// A large restore goes out as two: its first layer, then the rest. The first layer's slices and
-// plan are small, so its reads start at once, and the reader issues them before any of the rest's,
-// while this thread is still building and planning the (much larger) rest; otherwise a long
-// session's first layer would wait for the whole session's plan. The rest is started after the
-// first layer: it issues once the first layer's reads are back from the device, so they do not
-// share it with a window of later layers. The layers are still reported in order: a layer of the
-// rest that completes before the first layer is held back until the first layer is reported. A
-// failed first layer cancels the rest (one restore stops issuing after its first error, and so do
-// the two).
+// SSD slices go through the restore pipeline (io/layered_restore.h): coalesced, layer-ordered
+// reads in a bounded staging window, the first layer first, with per-layer completion forwarded
+// to the caller. Returns at once; `done` runs when every read is back (on an I/O worker), or
+// before this returns when nothing could be started.
 void FlatStore::StartSsdReads(const std::shared_ptr<RestoreJob>& job,
                               std::function<void(Status)> done) {
   const KvLayout& layout = job->layout;
-  const uint64_t total = uint64_t{job->ssd_hits.size()} * layout.num_layers * layout.num_planes;
-  const bool split = layout.num_layers > 1 && total >= kSplitRestoreSlices;
-  std::vector<SliceRead> first;
-  BuildSsdSlices(*job, 0, split ? 1 : layout.num_layers, &first);
-
   SliceCallback on_slice;
+  RestoreJob* const raw = job.get();
   if (options_.verify_checksums) {
     job->ssd_sums.reset(new std::atomic<uint64_t>[job->ssd_hits.size()]);
     for (size_t j = 0; j < job->ssd_hits.size(); ++j) job->ssd_sums[j].store(0);
-    RestoreJob* const raw = job.get();
     const uint32_t planes = layout.num_planes;
     on_slice = [raw, planes](const SliceRead& s, const uint8_t* bytes) {
       const uint32_t position = s.layer * planes + s.tag % planes;
@@ -158,71 +144,22 @@ void FlatStore::StartSsdReads(const std::shared_ptr<RestoreJob>& job,
                                               std::memory_order_relaxed);
     };
   }
-  // Each reader restore's end: its stats join the job's; the last one completes the prefetch.
-  job->handles_left.store(split ? 2 : 1);
-  DoneCallback on_done = [job, done](const Status& st, const ReaderStats& rs) {
-    job->ssd_bytes_read.fetch_add(rs.bytes_read);
-    job->ssd_reads.fetch_add(rs.reads_issued);
-    job->ssd_reads_in_place.fetch_add(rs.direct_reads + rs.vectored_ops);
-    if (!st.ok()) job->RecordReadError(st);
-    if (job->handles_left.fetch_sub(1) != 1) return;
-    job->ssd_done_ns.store(SteadyNowNs());
-    Status first_error;
-    {
-      std::lock_guard<std::mutex> lock(job->mu);
-      first_error = job->read_status;
-    }
-    done(first_error);
-  };
-  RestoreJob* const raw = job.get();
-  LayerCallback cb_first = [raw, split](uint32_t layer, const Status& st) {
-    if (!split) {
-      if (st.ok()) raw->ReportLayer(layer);
-      return;
-    }
-    if (layer != 0) return;  // the first restore has only layer 0; the rest reports the others
-    std::lock_guard<std::mutex> lock(raw->gate.mu);
-    if (st.ok()) {
-      raw->ReportLayer(0);
-    } else {
-      raw->RecordReadError(st);  // cancels the rest
-    }
-    for (uint32_t l : raw->gate.held) raw->ReportLayer(l);
-    raw->gate.held.clear();
-    raw->gate.first_reported = true;
-  };
-  auto h1 = restore_->Start(first, layout.num_layers, cb_first, on_slice, nullptr, on_done);
-  if (!h1.ok()) {
-    done(h1.status());
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(job->mu);
-    job->first_reads = *h1;
-    if (!job->read_status.ok()) (*h1)->Cancel(job->read_status);
-  }
-  if (!split) return;
-  // The first layer is on its way: build the rest. It goes out once the first layer's reads are
-  // back, while their bytes are being copied out.
-  std::vector<SliceRead> rest;
-  BuildSsdSlices(*job, 1, layout.num_layers, &rest);
-  LayerCallback cb_rest = [raw](uint32_t layer, const Status& st) {
-    if (layer == 0 || !st.ok()) return;  // layer 0 is the first restore's
-    std::lock_guard<std::mutex> lock(raw->gate.mu);
-    if (raw->gate.first_reported) {
-      raw->ReportLayer(layer);
-    } else {
-      raw->gate.held.push_back(layer);
-    }
-  };
-  auto h2 = restore_->Start(rest, layout.num_layers, cb_rest, on_slice, *h1, on_done);
-  if (!h2.ok()) {
-    on_done(h2.status(), ReaderStats{});  // stands for the rest that never started
-    return;
-  }
+  const uint64_t total = uint64_t{job->ssd_hits.size()} * layout.num_layers * layout.num_planes;
+  auto reads = LayeredRestore::Start(
+      *restore_, total, layout.num_layers,
+      [this, raw](uint32_t first, uint32_t last, std::vector<SliceRead>* out) {
+        BuildSsdSlices(*raw, first, last, out);
+      },
+      [raw](uint32_t l) { raw->ReportLayer(l); }, std::move(on_slice),
+      [job, done = std::move(done)](const Status& st, const ReaderStats& rs) {
+        job->ssd_stats = rs;
+        job->ssd_done_ns.store(SteadyNowNs());
+        done(st);
+      });
   std::lock_guard<std::mutex> lock(job->mu);
-  job->rest_reads = *h2;
-  if (!job->read_status.ok()) (*h2)->Cancel(job->read_status);
+  if (job->done) return;  // (the reads ended before this line; nothing to hold)
+  if (job->cancelled) reads->Cancel(Status::Aborted("restore cancelled"));
+  job->reads = std::move(reads);
 }
 
 // Verifies every block, re-validates the pins (they cannot have been lost, but a broken invariant
@@ -257,9 +194,9 @@ void FlatStore::FinishJob(RestoreJob& job, Status st) {
   while (result.leading_hits < job.num_keys && result.found[result.leading_hits]) {
     result.leading_hits++;
   }
-  result.ssd_bytes_read = job.ssd_bytes_read.load();
-  result.ssd_reads = job.ssd_reads.load();
-  result.ssd_reads_in_place = job.ssd_reads_in_place.load();
+  result.ssd_bytes_read = job.ssd_stats.bytes_read;
+  result.ssd_reads = job.ssd_stats.reads_issued;
+  result.ssd_reads_in_place = job.ssd_stats.direct_reads + job.ssd_stats.vectored_ops;
   if (job.admitted_ns >= 0) {
     result.queued_ns = std::max<int64_t>(0, job.admitted_ns - job.arrival_ns);
     result.ssd_read_ns = std::max<int64_t>(0, job.ssd_done_ns.load() - job.admitted_ns);
@@ -278,14 +215,13 @@ void FlatStore::FinishJob(RestoreJob& job, Status st) {
   }
   media_[1].read.fetch_add(result.ssd_bytes_read, std::memory_order_relaxed);
 
-  std::shared_ptr<ReaderHandle> first, rest;  // released outside the lock
+  std::shared_ptr<LayeredRestore> reads;  // released outside the lock
   {
     std::lock_guard<std::mutex> lock(job.mu);
     job.status = st.ok() ? st : st.WithContext("restore");
     job.result = std::move(result);
     job.done = true;
-    first = std::move(job.first_reads);
-    rest = std::move(job.rest_reads);
+    reads = std::move(job.reads);
   }
   job.cv.notify_all();
 }

@@ -46,15 +46,6 @@ void RestoreJob::ReportLayer(uint32_t layer) {
   if (on_layer) on_layer(layer);
 }
 
-void RestoreJob::RecordReadError(const Status& st) {
-  std::lock_guard<std::mutex> lock(mu);
-  if (!read_status.ok()) return;
-  read_status = st;
-  // After the first error nothing more is issued, in either of a split restore's halves.
-  if (first_reads) first_reads->Cancel(st);
-  if (rest_reads) rest_reads->Cancel(st);
-}
-
 FlatRestoreHandle::~FlatRestoreHandle() {
   if (done()) return;
   Cancel();
@@ -284,15 +275,15 @@ Result<std::unique_ptr<RestoreHandle>> FlatStore::Restore(std::span<const Key> k
 
 void FlatStore::CancelRestore(const std::shared_ptr<RestoreJob>& job) {
   const Status why = Status::Aborted("restore cancelled");
+  std::shared_ptr<LayeredRestore> reads;
   {
     std::lock_guard<std::mutex> lock(job->mu);
     if (job->done || job->cancelled) return;
     job->cancelled = true;
-    // Reads in flight land; nothing more is issued.
-    if (job->read_status.ok()) job->read_status = why;
-    if (job->first_reads) job->first_reads->Cancel(why);
-    if (job->rest_reads) job->rest_reads->Cancel(why);
+    reads = job->reads;
   }
+  // Reads in flight land; nothing more is issued. (Reads started after this see `cancelled`.)
+  if (reads) reads->Cancel(why);
   // A request still waiting for the window leaves the queue now rather than when admitted.
   InlineScope inline_scope(this);
   if (sched_->Abandon(job->id, why)) ServeReady();

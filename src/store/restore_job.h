@@ -16,7 +16,7 @@
 // read state, by the one thread that runs its prefetch) and read afterwards by the threads the
 // scheduler hands the job to; the scheduler's lock orders those hand-offs. `mu` guards the
 // completion state and the reader handles (Cancel reaches them from the caller's thread). Lock
-// order: mu before a ReaderHandle's locks; no callback of the reader runs under them.
+// order: mu before the LayeredRestore's locks; no callback of the reads runs under them.
 #pragma once
 
 #include <atomic>
@@ -28,7 +28,7 @@
 
 #include "flatcake/store.h"
 #include "gva/block_index.h"
-#include "io/restore_reader.h"
+#include "io/layered_restore.h"
 #include "sched/restore_queue.h"
 
 namespace flatcake {
@@ -60,32 +60,22 @@ struct RestoreJob {
   // Per SSD hit: the sum of its slice hashes, added up by the I/O workers as slices land.
   std::unique_ptr<std::atomic<uint64_t>[]> ssd_sums;
 
-  // SSD reads, written by the thread that runs the prefetch and by the reader's callbacks.
+  // SSD reads: written by the thread that runs the prefetch, and by the reads' end.
   int64_t admitted_ns = -1;
   std::atomic<int64_t> ssd_done_ns{0};
-  std::atomic<int> handles_left{0};  // reader restores not yet done
-  std::atomic<uint64_t> ssd_bytes_read{0}, ssd_reads{0}, ssd_reads_in_place{0};
-  // Layer reports of a split restore (first layer, then the rest) merged into one ordered stream.
-  struct Gate {
-    std::mutex mu;
-    bool first_reported = false;  // the first restore's layer 0 went out
-    std::vector<uint32_t> held;   // the rest's OK layers that completed before that, in order
-  } gate;
+  ReaderStats ssd_stats;  // written once the reads are done, before the prefetch completes
 
   mutable std::mutex mu;
   std::condition_variable cv;
-  std::shared_ptr<ReaderHandle> first_reads, rest_reads;  // guarded by mu; dropped when done
-  Status read_status;            // guarded by mu: the first error of the SSD reads
-  bool cancelled = false;        // guarded by mu
-  uint32_t layers_reported = 0;  // guarded by mu: layers [0, n) are in the caller's memory
-  bool done = false;             // guarded by mu
-  Status status;                 // guarded by mu, fixed once done
-  GetResult result;              // guarded by mu, fixed once done
+  std::shared_ptr<LayeredRestore> reads;  // guarded by mu; dropped when done
+  bool cancelled = false;                 // guarded by mu
+  uint32_t layers_reported = 0;           // guarded by mu: layers [0, n) are in the caller's memory
+  bool done = false;                      // guarded by mu
+  Status status;                          // guarded by mu, fixed once done
+  GetResult result;                       // guarded by mu, fixed once done
 
   // Records that layer `layer` landed whole and calls on_layer. Layers are reported in order.
   void ReportLayer(uint32_t layer);
-  // Records an SSD read failure (the first one wins).
-  void RecordReadError(const Status& st);
 };
 
 // The caller's handle: waits on the job; cancels (and waits for) an unfinished one when destroyed.

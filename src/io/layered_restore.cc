@@ -1,0 +1,129 @@
+#include "io/layered_restore.h"
+
+#include <utility>
+
+namespace flatcake {
+namespace {
+
+void AddStats(const ReaderStats& from, ReaderStats* to) {
+  to->reads_issued += from.reads_issued;
+  to->bytes_read += from.bytes_read;
+  to->bytes_delivered += from.bytes_delivered;
+  to->bytes_gap += from.bytes_gap;
+  to->direct_reads += from.direct_reads;
+  to->scattered_reads += from.scattered_reads;
+  to->vectored_reads += from.vectored_reads;
+  to->vectored_ops += from.vectored_ops;
+}
+
+}  // namespace
+
+LayeredRestore::LayeredRestore(bool split, std::function<void(uint32_t)> on_layer,
+                               DoneCallback on_done)
+    : split_(split), on_layer_(std::move(on_layer)), on_done_(std::move(on_done)) {}
+
+std::shared_ptr<LayeredRestore> LayeredRestore::Start(
+    RestoreReader& reader, uint64_t total_slices, uint32_t num_layers, const SliceSource& source,
+    std::function<void(uint32_t)> on_layer, SliceCallback on_slice, DoneCallback on_done) {
+  const bool split = num_layers > 1 && total_slices >= kSplitSlices;
+  std::shared_ptr<LayeredRestore> self(
+      new LayeredRestore(split, std::move(on_layer), std::move(on_done)));
+  self->parts_left_ = split ? 2 : 1;
+  LayeredRestore* const raw = self.get();
+  // Each part's end holds the restore alive until the last one has run.
+  ::flatcake::DoneCallback part_done = [self](const Status& st, const ReaderStats& rs) {
+    self->PartDone(st, rs);
+  };
+  std::vector<SliceRead> first;
+  source(0, split ? 1 : num_layers, &first);
+  auto h1 = reader.Start(
+      first, num_layers, [raw](uint32_t l, const Status& st) { raw->OnFirstLayer(l, st); },
+      on_slice, nullptr, part_done);
+  if (!h1.ok()) {
+    // Nothing was started: both parts end here, with the error.
+    for (int i = split ? 2 : 1; i > 0; --i) self->PartDone(h1.status(), ReaderStats{});
+    return self;
+  }
+  self->Hold(*h1, true);
+  if (!split) return self;
+  // The first layer is on its way: build the rest. It goes out once the first layer's reads are
+  // back, while their bytes are being copied out.
+  std::vector<SliceRead> rest;
+  source(1, num_layers, &rest);
+  auto h2 = reader.Start(
+      rest, num_layers, [raw](uint32_t l, const Status& st) { raw->OnRestLayer(l, st); }, on_slice,
+      *h1, part_done);
+  if (!h2.ok()) {
+    self->Fail(h2.status());
+    self->PartDone(h2.status(), ReaderStats{});  // stands for the rest that never started
+    return self;
+  }
+  self->Hold(*h2, false);
+  return self;
+}
+
+void LayeredRestore::Hold(std::shared_ptr<ReaderHandle> h, bool first) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (done_) return;
+  if (!status_.ok()) h->Cancel(status_);
+  (first ? first_ : rest_) = std::move(h);
+}
+
+void LayeredRestore::Cancel(const Status& why) { Fail(why); }
+
+void LayeredRestore::Fail(const Status& st) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (done_ || !status_.ok()) return;
+  status_ = st;
+  if (first_) first_->Cancel(st);
+  if (rest_) rest_->Cancel(st);
+}
+
+void LayeredRestore::PartDone(const Status& st, const ReaderStats& rs) {
+  if (!st.ok()) Fail(st);
+  Status final_status;
+  ReaderStats final_stats;
+  std::shared_ptr<ReaderHandle> first, rest;  // released outside the lock
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    AddStats(rs, &stats_);
+    if (--parts_left_ > 0) return;
+    done_ = true;
+    final_status = status_;
+    final_stats = stats_;
+    first = std::move(first_);
+    rest = std::move(rest_);
+  }
+  if (on_done_) on_done_(final_status, final_stats);
+}
+
+void LayeredRestore::OnFirstLayer(uint32_t layer, const Status& st) {
+  if (!split_) {
+    if (st.ok() && on_layer_) on_layer_(layer);
+    return;
+  }
+  if (layer != 0) return;  // the first part has only layer 0; the rest reports the others
+  std::lock_guard<std::mutex> lock(gate_mu_);
+  if (st.ok()) {
+    if (on_layer_) on_layer_(0);
+  } else {
+    Fail(st);  // cancels the rest
+  }
+  if (on_layer_) {
+    for (uint32_t l : held_) on_layer_(l);
+  }
+  held_.clear();
+  first_reported_ = true;
+}
+
+void LayeredRestore::OnRestLayer(uint32_t layer, const Status& st) {
+  if (layer == 0 || !st.ok()) return;  // layer 0 is the first part's
+  std::lock_guard<std::mutex> lock(gate_mu_);
+  if (first_reported_) {
+    if (on_layer_) on_layer_(layer);
+  } else {
+    held_.push_back(layer);
+  }
+}
+
+}  // namespace flatcake

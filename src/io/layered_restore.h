@@ -1,0 +1,83 @@
+// LayeredRestore: one restore of many blocks through a RestoreReader, first layer first.
+//
+// A large restore goes out as two reader restores: its first layer, then the rest. The first
+// layer's slices and plan are small, so its reads start at once, and the reader issues them before
+// any of the rest's, while the starting thread is still building and planning the (much larger)
+// rest; otherwise a long session's first layer would wait for the whole session's plan. The rest
+// is started `after` the first layer: it issues once the first layer's reads are back from the
+// device, so they do not share it with a window of later layers. The layers are still reported
+// once each and in order: a layer of the rest that completes before the first layer is held back
+// until the first layer is reported. A failed first layer cancels the rest (one reader restore
+// stops issuing after its first error, and so do the two). A small restore is one reader restore.
+//
+// Thread safety: Start returns at once; the callbacks run on the reader's I/O workers (on_done
+// inline in Start when nothing could be started). Cancel may be called from any thread, any time.
+// The object stays alive until on_done has run, whoever else holds it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "io/restore_reader.h"
+
+namespace flatcake {
+
+class LayeredRestore {
+ public:
+  // A restore of at least this many slices starts its first layer as a reader restore of its own.
+  static constexpr uint64_t kSplitSlices = 4096;
+
+  // Appends the slice reads of layers [first, last) to `*out`.
+  using SliceSource =
+      std::function<void(uint32_t first, uint32_t last, std::vector<SliceRead>* out)>;
+  // Runs once, after the last layer was reported: the first error (OK when every read landed)
+  // and the reads' stats summed over both reader restores.
+  using DoneCallback = std::function<void(const Status& status, const ReaderStats& stats)>;
+
+  // Restores the `total_slices` slices `source` builds, in `num_layers` layers. `on_layer(l)` runs
+  // once per layer that landed whole, in increasing order; `on_slice` (may be null) as for
+  // RestoreReader::Start. `reader` must outlive the restore.
+  static std::shared_ptr<LayeredRestore> Start(RestoreReader& reader, uint64_t total_slices,
+                                               uint32_t num_layers, const SliceSource& source,
+                                               std::function<void(uint32_t)> on_layer,
+                                               SliceCallback on_slice, DoneCallback on_done);
+
+  // Fails the restore with `why` unless it already failed: nothing more is issued, reads in
+  // flight land, and on_done reports `why`. A no-op once done.
+  void Cancel(const Status& why);
+
+  LayeredRestore(const LayeredRestore&) = delete;
+  LayeredRestore& operator=(const LayeredRestore&) = delete;
+
+ private:
+  LayeredRestore(bool split, std::function<void(uint32_t)> on_layer, DoneCallback on_done);
+  // One reader restore ended; the last one completes the layered restore.
+  void PartDone(const Status& st, const ReaderStats& rs);
+  // Records the first error and cancels both parts.
+  void Fail(const Status& st);
+  void OnFirstLayer(uint32_t layer, const Status& st);
+  void OnRestLayer(uint32_t layer, const Status& st);
+  // Keeps `h` for Cancel, unless the restore is over (then it is not needed any more).
+  void Hold(std::shared_ptr<ReaderHandle> h, bool first);
+
+  const bool split_;
+  const std::function<void(uint32_t)> on_layer_;
+  const DoneCallback on_done_;
+
+  std::mutex mu_;
+  std::shared_ptr<ReaderHandle> first_, rest_;  // guarded by mu_; dropped when done
+  Status status_;                               // guarded by mu_: the first error
+  ReaderStats stats_;                           // guarded by mu_
+  int parts_left_ = 0;                          // guarded by mu_
+  bool done_ = false;                           // guarded by mu_
+
+  // Layer reports of a split restore, merged into one ordered stream.
+  std::mutex gate_mu_;
+  bool first_reported_ = false;  // guarded by gate_mu_: the first part's layer 0 went out
+  std::vector<uint32_t> held_;   // guarded by gate_mu_: the rest's OK layers that came earlier
+};
+
+}  // namespace flatcake
