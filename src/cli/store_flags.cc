@@ -57,7 +57,8 @@ void AddRowFlag(CLI::App* app, const OptionSpec& spec, StoreOptions* o) {
     case OptionKind::kPathList: {
       // Repeatable: each occurrence appends.
       auto* target = &(o->*std::get<std::vector<std::string> StoreOptions::*>(spec.member));
-      app->add_option(flag, *target, std::string(spec.help))->type_name(std::string(TypeName(spec)));
+      app->add_option(flag, *target, std::string(spec.help))
+          ->type_name(std::string(TypeName(spec)));
       return;
     }
     default:
