@@ -1,6 +1,8 @@
 // StoreOptions: every tunable of a FlatCake store, with the defaults a single node starts with.
-// The CLI exposes each field as a --flag of the same name (dashes for underscores); the Python
-// binding accepts the same names as dictionary keys.
+// The option table (src/store/option_table.h) has one row per field: its CLI flag, kind, range
+// and help. The CLI flags, the Python option names and checks, ValidateStoreOptions and the
+// options tables in README.md and docs/ all come from that table; a field added here needs a row
+// there (option_table_test fails otherwise).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,13 @@ enum class DirectIoMode : uint8_t {
   kAuto,  // O_DIRECT; buffered I/O (with a warning) where the filesystem refuses it (tmpfs)
   kOn,    // O_DIRECT or fail at open
   kOff,   // buffered I/O
+};
+
+enum class IoEngineKind : uint8_t {
+  kAuto,    // io_uring, else the preadv thread pool (the fallback is reported in StoreInfo)
+  kUring,   // io_uring or fail
+  kPreadv,  // a thread pool issuing preadv/pwritev
+  kPosix,   // pread/pwrite on the calling thread
 };
 
 enum class RestoreScheduler : uint8_t { kMas = 0, kFcfs = 1 };
@@ -57,25 +66,33 @@ struct StoreOptions {
   uint32_t max_scopes = 1 << 16;
 
   // --- I/O ---
-  std::string io_engine = "auto";  // auto | uring | preadv | posix
-  uint32_t io_workers = 2;         // reader threads (one io_uring ring each)
+  IoEngineKind io_engine = IoEngineKind::kAuto;
+  uint32_t io_workers = 2;  // reader threads (one io_uring ring each)
   uint32_t io_queue_depth = 64;
   uint64_t read_window_bytes = 128 * kMiB;   // bounded staging for SSD restores
   uint64_t write_staging_bytes = 32 * kMiB;  // gather buffer for SSD segment writes
   uint64_t max_gap_bytes = 64 * kKiB;        // Δgap: bridge holes up to this size when coalescing
   uint64_t max_io_bytes = 4 * kMiB;          // split merged reads at this size
-  RestoreScheduler scheduler =
-      RestoreScheduler::kMas;  // restore scheduling: FC-MAS, or one FCFS queue (for comparison)
+  // clang-format off
+  RestoreScheduler scheduler = RestoreScheduler::kMas;  // restore scheduling: FC-MAS, or one FCFS queue (for comparison)
+  // clang-format on
 
   bool verify_checksums = true;  // verify every block's XXH3 checksum on read
 };
 
-// Checks ranges and relations (e.g. low <= high watermark, file size a 4 KiB multiple).
+// Checks every field against its row of the option table (range, multiple, enum value), then
+// the relations between fields (low <= high watermark, one pool file fits the SSD budget, ...).
 Status ValidateStoreOptions(const StoreOptions& options);
 
+// The names of the enum options' values, as the CLI, Python and the docs spell them; Parse*
+// returns InvalidArgument naming the valid ones.
 std::string_view HugePageModeName(HugePageMode mode);
 Result<HugePageMode> ParseHugePageMode(std::string_view text);
 std::string_view DirectIoModeName(DirectIoMode mode);
 Result<DirectIoMode> ParseDirectIoMode(std::string_view text);
+std::string_view IoEngineKindName(IoEngineKind kind);
+Result<IoEngineKind> ParseIoEngineKind(std::string_view text);
+std::string_view RestoreSchedulerName(RestoreScheduler scheduler);
+Result<RestoreScheduler> ParseRestoreScheduler(std::string_view text);
 
 }  // namespace flatcake

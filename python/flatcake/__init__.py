@@ -21,6 +21,7 @@ closed store) raise ``flatcake.Error`` whose ``code`` attribute names the status
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -41,6 +42,7 @@ __all__ = [
     "normalize_config",
     "open",
     "option_names",
+    "option_specs",
     "parse_size",
 ]
 
@@ -91,6 +93,17 @@ def option_names() -> list:
     return list(_core.option_names())
 
 
+def option_specs() -> list:
+    """The option table, one dict per option: name, flag (the CLI's), kind ("size", "count",
+    "ratio", "bool", "enum", "path_list"), default (as text; ``default_options()`` has the
+    values), range, help, and by kind choices / min, max, multiple / flag_clears. The same rows
+    the CLI's flags and ``flatcake options --json`` come from."""
+    return json.loads(_core.option_table_json())
+
+
+_OPTION_KINDS = {row["name"]: row["kind"] for row in option_specs()}
+
+
 def default_options() -> dict:
     """The defaults a store starts with, keyed by option name."""
     return dict(_core.default_options())
@@ -105,9 +118,10 @@ def normalize_config(config: Optional[Mapping[str, Any]] = None, **overrides: An
     merged.update(overrides)
     out = {}
     for name, value in merged.items():
-        if name.endswith("_bytes"):
+        kind = _OPTION_KINDS.get(name)
+        if kind == "size":
             value = parse_size(value, name)
-        elif name == "ssd_dirs":
+        elif kind == "path_list":
             if isinstance(value, str):
                 value = [d.strip() for d in value.split(",") if d.strip()]
             elif isinstance(value, (list, tuple)):

@@ -28,6 +28,7 @@
 #include "flatcake/layout.h"
 #include "flatcake/store.h"
 #include "py_convert.h"
+#include "store/option_table.h"
 
 namespace flatcake::py {
 namespace {
@@ -393,6 +394,7 @@ PYBIND11_MODULE(_core, m) {
     return names;
   });
   m.def("default_options", [] { return py::OptionsToDict(flatcake::StoreOptions{}); });
+  m.def("option_table_json", &flatcake::RenderOptionTableJson);
   m.def("validate_options", [](const pyb::dict& config) {
     flatcake::StoreOptions options = py::OptionsFromDict(config);
     flatcake::Status s = flatcake::ValidateStoreOptions(options);

@@ -6,6 +6,8 @@
 #include <limits>
 #include <string>
 
+#include "store/option_table.h"
+
 namespace flatcake::py {
 
 namespace {
@@ -97,108 +99,27 @@ std::vector<std::string> DirsFrom(const pyb::handle& value, std::string_view nam
   return dirs;
 }
 
-struct OptionField {
-  std::string_view name;
-  void (*set)(StoreOptions&, const pyb::handle&);
-  pyb::object (*get)(const StoreOptions&);
-};
-
-constexpr uint64_t kU32Max = std::numeric_limits<uint32_t>::max();
-constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
-
-// One row per StoreOptions field; the names are the field names (include/flatcake/options.h).
-#define FC_U32(field)                                                             \
-  OptionField {                                                                   \
-#field,                                                                         \
-              [](StoreOptions& o, const pyb::handle& v) {                                     \
-                o.field = static_cast<uint32_t>(UnsignedFrom(v, #field, kU32Max));            \
-              },                                                                              \
-              [](const StoreOptions& o) -> pyb::object { return pyb::int_(o.field); } \
+// A Python value for `spec`, converted by the row's kind; the range is checked by SetOption.
+OptionValue ValueFrom(const OptionSpec& spec, const pyb::handle& value) {
+  switch (spec.kind) {
+    case OptionKind::kSize:
+    case OptionKind::kCount:
+      return UnsignedFrom(value, spec.name, std::numeric_limits<uint64_t>::max());
+    case OptionKind::kRatio: return DoubleFrom(value, spec.name);
+    case OptionKind::kBool: return BoolFrom(value, spec.name);
+    case OptionKind::kEnum: return StringFrom(value, spec.name);
+    case OptionKind::kPathList: return DirsFrom(value, spec.name);
   }
-#define FC_U64(field)                                                             \
-  OptionField {                                                                   \
-#field,                                                                         \
-              [](StoreOptions& o, const pyb::handle& v) {                                     \
-                o.field = UnsignedFrom(v, #field, kU64Max);                                   \
-              },                                                                              \
-              [](const StoreOptions& o) -> pyb::object { return pyb::int_(o.field); } \
-  }
-#define FC_DOUBLE(field)                                                                              \
-  OptionField {                                                                                       \
-#field,                                                                                           \
-        [](StoreOptions & o,                                                                          \
-           const pyb::handle&                                                                         \
-               v) { o.field = DoubleFrom(v, #field); },                                               \
-                                                     [](const StoreOptions& o)                        \
-                                                          -> pyb::                                    \
-                                                              object { return pyb::float_(            \
-                                                                           o.field); } \
-  }
-#define FC_BOOL(field)                                                                             \
-  OptionField {                                                                                    \
-#field,                                                                                        \
-        [](StoreOptions & o,                                                                       \
-           const pyb::handle&                                                                      \
-               v) { o.field = BoolFrom(v, #field); },                                              \
-                                                   [](const StoreOptions& o)                       \
-                                                        -> pyb::                                   \
-                                                            object { return pyb::bool_(o.field); } \
-  }
-
-const std::vector<OptionField>& Fields() {
-  static const std::vector<OptionField> fields = {
-      FC_U32(node_id),
-      FC_U64(dram_bytes),
-      OptionField{"huge_pages",
-                  [](StoreOptions& o, const pyb::handle& v) {
-                    Result<HugePageMode> mode = ParseHugePageMode(StringFrom(v, "huge_pages"));
-                    if (!mode.ok()) RaiseStatus(mode.status().WithContext("option 'huge_pages'"));
-                    o.huge_pages = *mode;
-                  },
-                  [](const StoreOptions& o) -> pyb::object {
-                    return pyb::str(std::string(HugePageModeName(o.huge_pages)));
-                  }},
-      OptionField{
-          "ssd_dirs",
-          [](StoreOptions& o, const pyb::handle& v) { o.ssd_dirs = DirsFrom(v, "ssd_dirs"); },
-          [](const StoreOptions& o) -> pyb::object { return pyb::cast(o.ssd_dirs); }},
-      FC_U64(ssd_bytes),
-      FC_U64(ssd_file_bytes),
-      OptionField{"direct_io",
-                  [](StoreOptions& o, const pyb::handle& v) {
-                    Result<DirectIoMode> mode = ParseDirectIoMode(StringFrom(v, "direct_io"));
-                    if (!mode.ok()) RaiseStatus(mode.status().WithContext("option 'direct_io'"));
-                    o.direct_io = *mode;
-                  },
-                  [](const StoreOptions& o) -> pyb::object {
-                    return pyb::str(std::string(DirectIoModeName(o.direct_io)));
-                  }},
-      FC_U64(tau_tokens),
-      FC_U64(l_agent_tokens),
-      FC_U32(tokens_per_block),
-      FC_DOUBLE(high_watermark),
-      FC_DOUBLE(low_watermark),
-      FC_U64(index_capacity),
-      FC_U32(max_scopes),
-      OptionField{
-          "io_engine",
-          [](StoreOptions& o, const pyb::handle& v) { o.io_engine = StringFrom(v, "io_engine"); },
-          [](const StoreOptions& o) -> pyb::object { return pyb::str(o.io_engine); }},
-      FC_U32(io_workers),
-      FC_U32(io_queue_depth),
-      FC_U64(read_window_bytes),
-      FC_U64(write_staging_bytes),
-      FC_U64(max_gap_bytes),
-      FC_U64(max_io_bytes),
-      FC_BOOL(verify_checksums),
-  };
-  return fields;
+  throw pyb::type_error("option '" + std::string(spec.name) + "' has an unknown kind");
 }
 
-#undef FC_U32
-#undef FC_U64
-#undef FC_DOUBLE
-#undef FC_BOOL
+pyb::object ValueTo(const OptionValue& value) {
+  if (const uint64_t* v = std::get_if<uint64_t>(&value)) return pyb::int_(*v);
+  if (const double* v = std::get_if<double>(&value)) return pyb::float_(*v);
+  if (const bool* v = std::get_if<bool>(&value)) return pyb::bool_(*v);
+  if (const std::string* v = std::get_if<std::string>(&value)) return pyb::str(*v);
+  return pyb::cast(std::get<std::vector<std::string>>(value));
+}
 
 pyb::dict MediumStatsToDict(const MediumStats& m) {
   pyb::dict d;
@@ -219,7 +140,7 @@ pyb::dict MediumStatsToDict(const MediumStats& m) {
 
 std::vector<std::string_view> OptionNames() {
   std::vector<std::string_view> names;
-  for (const OptionField& f : Fields()) names.push_back(f.name);
+  for (const OptionSpec& spec : StoreOptionTable()) names.push_back(spec.name);
   return names;
 }
 
@@ -230,26 +151,22 @@ StoreOptions OptionsFromDict(const pyb::dict& config) {
       throw pyb::type_error("option names must be strings, got " + Describe(key));
     }
     const std::string name = key.cast<std::string>();
-    const OptionField* field = nullptr;
-    for (const OptionField& f : Fields()) {
-      if (f.name == name) field = &f;
+    const OptionSpec* spec = FindStoreOption(name);
+    if (spec == nullptr) {
+      throw pyb::value_error("unknown store option '" + name +
+                             "' (known: " + StoreOptionNameList() + ")");
     }
-    if (field == nullptr) {
-      std::string known;
-      for (const OptionField& f : Fields()) {
-        if (!known.empty()) known += ", ";
-        known += f.name;
-      }
-      throw pyb::value_error("unknown store option '" + name + "' (known: " + known + ")");
-    }
-    field->set(options, value);
+    const Status set = SetOption(*spec, ValueFrom(*spec, value), &options);
+    if (!set.ok()) RaiseStatus(set);
   }
   return options;
 }
 
 pyb::dict OptionsToDict(const StoreOptions& options) {
   pyb::dict d;
-  for (const OptionField& f : Fields()) d[pyb::str(std::string(f.name))] = f.get(options);
+  for (const OptionSpec& spec : StoreOptionTable()) {
+    d[pyb::str(std::string(spec.name))] = ValueTo(GetOption(spec, options));
+  }
   return d;
 }
 

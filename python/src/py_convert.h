@@ -20,9 +20,10 @@ namespace flatcake::py {
 
 namespace pyb = pybind11;
 
-// Builds StoreOptions from a dict whose keys are StoreOptions field names. Missing keys keep
-// their defaults; an unknown key or a value of the wrong type or range raises ValueError /
-// TypeError. Sizes must already be integers (the Python layer parses "64GiB").
+// Builds StoreOptions from a dict whose keys are option-table names (the StoreOptions fields).
+// Missing keys keep their defaults; an unknown key (ValueError listing the known ones), a value
+// of the wrong type for its kind (TypeError) or outside its row's range (ValueError) raises.
+// Sizes must already be integers (the Python layer parses "64GiB").
 StoreOptions OptionsFromDict(const pyb::dict& config);
 pyb::dict OptionsToDict(const StoreOptions& options);
 // Every accepted option name, in declaration order.

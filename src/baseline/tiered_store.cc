@@ -102,7 +102,7 @@ Status TieredStore::Init() {
     po.direct_io = options_.direct_io;
     FC_ASSIGN_OR_RETURN(ssd_, SsdFilePool::Create(po));
     IoEngineOptions eo;
-    FC_ASSIGN_OR_RETURN(eo.kind, ParseIoEngineKind(options_.io_engine));
+    eo.kind = options_.io_engine;
     eo.workers = options_.io_workers;
     eo.queue_depth = options_.io_queue_depth;
     FC_ASSIGN_OR_RETURN(engine_, MakeIoEngine(eo));

@@ -74,7 +74,7 @@ struct TieredStoreOptions {
   uint32_t prefetch_batch_objects = 128;  // objects per batch of prefetch reads
 
   // --- I/O ---
-  std::string io_engine = "auto";
+  IoEngineKind io_engine = IoEngineKind::kAuto;
   uint32_t io_workers = 2;
   uint32_t io_queue_depth = 64;
   uint64_t max_io_bytes = 4 * kMiB;  // merged reads and offload writes are split at this size

@@ -27,7 +27,7 @@ TieredStoreOptions SmallOptions(const std::string& dir) {
   o.bucket_keys = 8;  // the key limit closes buckets first here
   o.ssd_bytes = 4 * o.bucket_bytes;
   o.staging_bytes = 32 * kBlock;
-  o.io_engine = "preadv";
+  o.io_engine = IoEngineKind::kPreadv;
   return o;
 }
 

@@ -62,7 +62,7 @@ struct RestoreArgs {
   uint32_t other_sessions = 3;
   uint32_t reps = 3;
   std::string dir;
-  std::string io_engine = "auto";
+  IoEngineKind io_engine = IoEngineKind::kAuto;
   uint32_t io_workers = 2;
   uint32_t queue_depth = 64;
   uint64_t window = 128 * kMiB;
@@ -309,7 +309,7 @@ Status RestoreBench::WriteEvictionOrdered() {
     }
   }
   IoEngineOptions eo;
-  FC_ASSIGN_OR_RETURN(eo.kind, ParseIoEngineKind(a_.io_engine));
+  eo.kind = a_.io_engine;
   eo.workers = a_.io_workers;
   eo.queue_depth = a_.queue_depth;
   FC_ASSIGN_OR_RETURN(bucket_engine_, MakeIoEngine(eo));
@@ -794,7 +794,7 @@ void RegisterRestoreBench(CLI::App& bench, int* exit_code) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   cmd->add_option("--dir", a->dir, "Directory for the data (default: a temporary directory)");
-  cmd->add_option("--io-engine", a->io_engine, "auto, uring, preadv, posix")->capture_default_str();
+  AddStoreFlag(cmd, "io_engine", &a->io_engine);
   cmd->add_option("--io-workers", a->io_workers, "I/O worker threads")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();

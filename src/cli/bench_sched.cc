@@ -59,7 +59,7 @@ struct SchedBenchOptions {
   bool json = false;
   // The store (real time).
   double dram_mib = 1;  // size of a DRAM-ready request
-  std::string io_engine = "auto";
+  IoEngineKind io_engine = IoEngineKind::kAuto;
   std::string ssd_dir;  // empty: a temporary directory, removed afterwards
   // The model (--virtual).
   double ssd_gbps = 4.0;
@@ -447,7 +447,7 @@ nlohmann::json ResultJson(const SchedBenchOptions& o, const PolicyRun (&runs)[2]
     j["dram_copy_us"] = o.dram_copy_us;
   } else {
     j["dram_mib"] = o.dram_mib;
-    j["io_engine"] = o.io_engine;
+    j["io_engine"] = std::string(IoEngineKindName(o.io_engine));
   }
   const char* names[2] = {"mas", "fcfs"};
   for (int i = 0; i < 2; ++i) {
@@ -522,8 +522,8 @@ int RunSchedBench(const SchedBenchOptions& o) {
         "through Store::Restore on a real store (%s engine, read window %.0f MiB), SSD restores "
         "%.1f-%.1f MiB log-uniform, seed %llu\n",
         static_cast<unsigned long long>(o.requests), o.dram_share * 100, o.dram_mib, o.rate, span_s,
-        o.io_engine.c_str(), o.window_mib, o.ssd_min_mib, o.ssd_max_mib,
-        static_cast<unsigned long long>(o.seed));
+        std::string(IoEngineKindName(o.io_engine)).c_str(), o.window_mib, o.ssd_min_mib,
+        o.ssd_max_mib, static_cast<unsigned long long>(o.seed));
   }
   PrintTable(runs, policies);
   const double mas_p99 = PercentileMs(runs[0].dram_ns, 99);
@@ -565,10 +565,7 @@ void RegisterSchedBench(CLI::App& bench, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--dram-mib", opt->dram_mib, "Size of a DRAM-ready restore, MiB (real store)")
       ->capture_default_str();
-  cmd->add_option("--io-engine", opt->io_engine,
-                  "I/O engine of the store: auto, uring, preadv, posix")
-      ->check(CLI::IsMember({"auto", "uring", "preadv", "posix"}))
-      ->capture_default_str();
+  AddStoreFlag(cmd, "io_engine", &opt->io_engine);
   cmd->add_option("--ssd-dir", opt->ssd_dir,
                   "Directory of the store's SSD pool (default: a temporary one, removed after)");
   cmd->add_option("--ssd-gbps", opt->ssd_gbps, "Modelled SSD bandwidth, GB/s (--virtual)")

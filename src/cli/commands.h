@@ -8,6 +8,7 @@
 namespace flatcake::cli {
 
 void RegisterInfoCommand(CLI::App& app, int* exit_code);
+void RegisterOptionsCommand(CLI::App& app, int* exit_code);
 void RegisterTraceCommands(CLI::App& app, int* exit_code);
 void RegisterReplayCommand(CLI::App& app, int* exit_code);
 

@@ -12,7 +12,6 @@ namespace {
 
 struct InfoArgs {
   StoreOptions options;
-  StoreFlagText text;
 };
 
 std::string Bytes(uint64_t b) {
@@ -28,7 +27,7 @@ std::string Bytes(uint64_t b) {
 }
 
 int RunInfo(InfoArgs& a) {
-  if (int rc = ReportArgError("info", FinishStoreFlags(a.text, &a.options))) return rc;
+  if (int rc = ReportArgError("info", ValidateStoreOptions(a.options))) return rc;
   auto opened = Store::Open(a.options);
   if (!opened.ok()) return ReportOpenError("info", opened.status());
   const Store& store = **opened;
@@ -72,7 +71,7 @@ void RegisterInfoCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("info",
                                      "Open a store and print its configuration, media "
                                      "and capacities");
-  AddStoreFlags(cmd, &args->options, &args->text);
+  AddStoreFlags(cmd, &args->options);
   cmd->callback([args, exit_code] { *exit_code = RunInfo(*args); });
 }
 

@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   flatcake::cli::RegisterInfoCommand(app, &exit_code);
+  flatcake::cli::RegisterOptionsCommand(app, &exit_code);
   flatcake::cli::RegisterTraceCommands(app, &exit_code);
   flatcake::cli::RegisterReplayCommand(app, &exit_code);
   CLI::App* bench = app.add_subcommand("bench",

@@ -395,7 +395,7 @@ void RegisterReplayCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--tau-tokens", a.o.tau_tokens, "Flat: short-reply threshold (tokens)");
   cmd->add_option("--l-agent-tokens", a.o.l_agent_tokens,
                   "Flat: long-context threshold (tokens; scaled with --scale)");
-  cmd->add_option("--io-engine", a.o.io_engine, "auto, uring, preadv, posix");
+  AddStoreFlag(cmd, "io_engine", &a.o.io_engine);
   cmd->add_flag("--json", a.json, "One JSON object per policy and load, one per line");
   cmd->add_option("--plot", a.plot, "Draw the policies side by side (PNG or SVG, via gnuplot)");
   cmd->add_flag("!--no-progress", a.progress, "No progress bar on stderr");

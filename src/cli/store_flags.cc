@@ -1,80 +1,90 @@
 #include "cli/store_flags.h"
 
 #include <cstdio>
+#include <functional>
+
+#include "store/option_table.h"
 
 namespace flatcake::cli {
+namespace {
 
-void AddStoreFlags(CLI::App* app, StoreOptions* o, StoreFlagText* text) {
-  const auto size = CLI::AsSizeValue(false);
-  app->add_option("--node-id", o->node_id, "This node's id in the GVA NodeID field (0-4095)")
-      ->capture_default_str();
-  app->add_option("--dram-bytes", o->dram_bytes, "DRAM arena capacity; 0 disables DRAM")
-      ->transform(size)
-      ->capture_default_str();
-  app->add_option("--huge-pages", text->huge_pages,
-                  "DRAM page backing: auto (hugetlb if reserved, else THP, else plain), hugetlb, "
-                  "thp, none")
-      ->capture_default_str();
-  app->add_option("--ssd-dir", o->ssd_dirs,
-                  "SSD pool directory (repeat for several drives); none disables SSD");
-  app->add_option("--ssd-bytes", o->ssd_bytes, "SSD pool capacity over all directories")
-      ->transform(size)
-      ->capture_default_str();
-  app->add_option(
-         "--ssd-file-bytes", o->ssd_file_bytes,
-         "Size of each pre-allocated pool file (sessions share files; a segment never spans two)")
-      ->transform(size)
-      ->capture_default_str();
-  app->add_option("--direct-io", text->direct_io,
-                  "O_DIRECT for pool files: auto (buffered where refused), on, off")
-      ->capture_default_str();
-  app->add_option("--tau-tokens", o->tau_tokens,
-                  "Placement τ: a prior reply shorter than this keeps a chat turn in DRAM")
-      ->capture_default_str();
-  app->add_option("--l-agent-tokens", o->l_agent_tokens,
-                  "Placement L_agent: contexts at least this long go to SSD")
-      ->capture_default_str();
-  app->add_option("--tokens-per-block", o->tokens_per_block, "Tokens per block (page size)")
-      ->capture_default_str();
-  app->add_option("--high-watermark", o->high_watermark,
-                  "Reclaim a medium when its usage reaches this fraction")
-      ->capture_default_str();
-  app->add_option("--low-watermark", o->low_watermark, "... down to this fraction")
-      ->capture_default_str();
-  app->add_option("--index-capacity", o->index_capacity,
-                  "Level-1 index slots; 0 sizes it from the capacities")
-      ->capture_default_str();
-  app->add_option("--max-scopes", o->max_scopes, "Scope slots")->capture_default_str();
-  app->add_option("--io-engine", o->io_engine,
-                  "auto (io_uring, else preadv pool), uring, "
-                  "preadv, posix")
-      ->capture_default_str();
-  app->add_option("--io-workers", o->io_workers, "I/O worker threads (one io_uring ring each)")
-      ->capture_default_str();
-  app->add_option("--io-queue-depth", o->io_queue_depth, "Queue depth per worker")
-      ->capture_default_str();
-  app->add_option("--read-window-bytes", o->read_window_bytes,
-                  "Bounded staging window for SSD restores")
-      ->transform(size)
-      ->capture_default_str();
-  app->add_option("--write-staging-bytes", o->write_staging_bytes,
-                  "Gather buffer for SSD segment writes")
-      ->transform(size)
-      ->capture_default_str();
-  app->add_option("--max-gap-bytes", o->max_gap_bytes,
-                  "Δgap: bridge holes up to this size when coalescing reads")
-      ->transform(size)
-      ->capture_default_str();
-  app->add_option("--max-io-bytes", o->max_io_bytes, "Split merged reads at this size")
-      ->transform(size)
-      ->capture_default_str();
-  app->add_flag("!--no-verify", o->verify_checksums, "Skip checksum verification on reads");
+std::string_view TypeName(const OptionSpec& spec) {
+  switch (spec.kind) {
+    case OptionKind::kSize: return "SIZE";
+    case OptionKind::kCount: return "UINT";
+    case OptionKind::kRatio: return "RATIO";
+    case OptionKind::kPathList: return "DIR";
+    case OptionKind::kBool:
+    case OptionKind::kEnum: return "";
+  }
+  return "";
 }
 
-Status FinishStoreFlags(const StoreFlagText& text, StoreOptions* o) {
-  FC_ASSIGN_OR_RETURN(o->huge_pages, ParseHugePageMode(text.huge_pages));
-  FC_ASSIGN_OR_RETURN(o->direct_io, ParseDirectIoMode(text.direct_io));
-  return ValidateStoreOptions(*o);
+// Registers the row's flag; `set` stores one parsed value, `current` is the default shown.
+CLI::Option* AddFlag(CLI::App* app, const OptionSpec& spec, const std::string& current,
+                     std::function<Status(std::string_view)> set) {
+  const std::string flag(spec.flag);
+  std::string help(spec.help);
+  if (spec.kind != OptionKind::kEnum) {
+    const std::string range = OptionRangeText(spec);
+    if (!range.empty()) help += " Range: " + range + ".";
+  }
+  CLI::Option* opt = app->add_option_function<std::string>(
+      flag,
+      [flag, set](const std::string& text) {
+        const Status s = set(text);
+        if (!s.ok()) throw CLI::ValidationError(flag, std::string(s.message()));
+      },
+      help);
+  if (spec.kind == OptionKind::kSize) opt->transform(CLI::AsSizeValue(false));
+  opt->type_name(spec.kind == OptionKind::kEnum ? OptionRangeText(spec)
+                                                : std::string(TypeName(spec)));
+  opt->default_str(current);
+  return opt;
+}
+
+void AddRowFlag(CLI::App* app, const OptionSpec& spec, StoreOptions* o) {
+  const std::string flag(spec.flag);
+  switch (spec.kind) {
+    case OptionKind::kBool: {
+      bool* target = &(o->*std::get<bool StoreOptions::*>(spec.member));
+      const std::string help =
+          spec.flag_clears ? "Turns off " + std::string(spec.name) + ": " + std::string(spec.help)
+                           : std::string(spec.help);
+      app->add_flag((spec.flag_clears ? "!" : "") + flag, *target, help);
+      return;
+    }
+    case OptionKind::kPathList: {
+      // Repeatable: each occurrence appends.
+      auto* target = &(o->*std::get<std::vector<std::string> StoreOptions::*>(spec.member));
+      app->add_option(flag, *target, std::string(spec.help))
+          ->type_name(std::string(TypeName(spec)));
+      return;
+    }
+    default:
+      AddFlag(app, spec, FormatOption(spec, GetOption(spec, *o)),
+              [&spec, o](std::string_view text) { return SetOptionFromText(spec, text, o); });
+  }
+}
+
+}  // namespace
+
+void AddStoreFlags(CLI::App* app, StoreOptions* o) {
+  for (const OptionSpec& spec : StoreOptionTable()) AddRowFlag(app, spec, o);
+}
+
+CLI::Option* AddStoreFlag(CLI::App* app, std::string_view name, IoEngineKind* target) {
+  const OptionSpec& spec = *FindStoreOption(name);
+  const auto member = std::get<IoEngineKind StoreOptions::*>(spec.member);
+  StoreOptions current;
+  current.*member = *target;
+  return AddFlag(app, spec, FormatOption(spec, GetOption(spec, current)),
+                 [&spec, member, target](std::string_view text) -> Status {
+                   StoreOptions parsed;
+                   FC_RETURN_IF_ERROR(SetOptionFromText(spec, text, &parsed));
+                   *target = parsed.*member;
+                   return Status::OK();
+                 });
 }
 
 int ReportStatus(std::string_view command, const Status& status) {

@@ -1,4 +1,5 @@
-// Command-line flags for StoreOptions, shared by every subcommand that opens a store.
+// Command-line flags for StoreOptions, shared by every subcommand that opens a store. Every flag
+// comes from a row of the option table (store/option_table.h): its name, help, range and checks.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -8,17 +9,13 @@
 
 namespace flatcake::cli {
 
-// Text form of the enum options, converted by Finish().
-struct StoreFlagText {
-  std::string huge_pages = "auto";
-  std::string direct_io = "auto";
-};
-
-// Adds --dram-bytes, --ssd-dir, --ssd-bytes, ... (one flag per StoreOptions field) to `app`.
-// Sizes accept unit suffixes (4K, 256M, 2G, 1GiB).
-void AddStoreFlags(CLI::App* app, StoreOptions* options, StoreFlagText* text);
-// Converts the text flags; call in the subcommand's callback.
-Status FinishStoreFlags(const StoreFlagText& text, StoreOptions* options);
+// Adds one flag per option-table row (--dram-bytes, --ssd-dir, ..., --no-verify) to `app`, bound
+// to `options`: a value is checked against its row as it is parsed, and a rejected one is a
+// command-line error (exit 2). Sizes accept unit suffixes (4K, 256M, 2G, 1GiB).
+void AddStoreFlags(CLI::App* app, StoreOptions* options);
+// The flag of the store option `name` alone, bound to a field of another struct that carries the
+// same option (the replay's and `bench restore`'s --io-engine).
+CLI::Option* AddStoreFlag(CLI::App* app, std::string_view name, IoEngineKind* target);
 
 // Prints "flatcake <command>: <status>" to stderr and returns 1 (or 0 when ok).
 int ReportStatus(std::string_view command, const Status& status);

@@ -68,7 +68,7 @@ struct ReplayOptions {
   // Tiered baseline knobs; dram/ssd budgets and dirs are filled from the fields above.
   baseline::TieredStoreOptions tiered;
 
-  std::string io_engine = "auto";
+  IoEngineKind io_engine = IoEngineKind::kAuto;
   // Called from the replay's driver thread every ~100 ms and at the end.
   std::function<void(uint64_t done, uint64_t total)> progress;
 };

@@ -32,7 +32,7 @@ ReplayOptions TinyOptions(ReplayPolicy policy, const std::string& dir) {
   o.l_agent_tokens = 2048;  // scaled with the workload
   o.flat_file_bytes = 1 << 20;
   o.tiered.staging_bytes = 16 << 20;
-  o.io_engine = "preadv";
+  o.io_engine = IoEngineKind::kPreadv;
   return o;
 }
 

@@ -170,25 +170,6 @@ Status ExecuteSyncBounded(IoEngine& engine, std::span<const IoOp> ops,
   return run.Run();
 }
 
-std::string_view IoEngineKindName(IoEngineKind kind) {
-  switch (kind) {
-    case IoEngineKind::kAuto: return "auto";
-    case IoEngineKind::kUring: return "uring";
-    case IoEngineKind::kPreadv: return "preadv";
-    case IoEngineKind::kPosix: return "posix";
-  }
-  return "unknown";
-}
-
-Result<IoEngineKind> ParseIoEngineKind(std::string_view text) {
-  for (IoEngineKind k :
-       {IoEngineKind::kAuto, IoEngineKind::kUring, IoEngineKind::kPreadv, IoEngineKind::kPosix}) {
-    if (text == IoEngineKindName(k)) return k;
-  }
-  return Status::InvalidArgument("unknown I/O engine '" + std::string(text) +
-                                 "' (expected auto, uring, preadv or posix)");
-}
-
 Result<std::unique_ptr<IoEngine>> MakeIoEngine(const IoEngineOptions& options, std::string* note) {
   if (options.workers == 0 || options.queue_depth == 0) {
     return Status::InvalidArgument("I/O engine needs at least one worker and queue depth >= 1");

@@ -34,6 +34,7 @@
 #include <string>
 #include <string_view>
 
+#include "flatcake/options.h"
 #include "flatcake/status.h"
 
 namespace flatcake {
@@ -118,10 +119,8 @@ Status ExecuteSync(IoEngine& engine, std::span<const IoOp> ops);
 // The ops' tags are not used (they are passed to the engine replaced by the op's index).
 Status ExecuteSyncBounded(IoEngine& engine, std::span<const IoOp> ops, uint64_t max_inflight_bytes);
 
-enum class IoEngineKind { kAuto, kUring, kPreadv, kPosix };
-std::string_view IoEngineKindName(IoEngineKind kind);
-Result<IoEngineKind> ParseIoEngineKind(std::string_view text);
-
+// IoEngineKind, IoEngineKindName and ParseIoEngineKind are in flatcake/options.h (the store's
+// io_engine option).
 struct IoEngineOptions {
   IoEngineKind kind = IoEngineKind::kAuto;
   uint32_t workers = 2;       // worker threads (uring rings or preadv threads)

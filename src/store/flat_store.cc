@@ -77,7 +77,7 @@ Status FlatStore::Init() {
 
   if (!engine_) {
     IoEngineOptions eo;
-    FC_ASSIGN_OR_RETURN(eo.kind, ParseIoEngineKind(options_.io_engine));
+    eo.kind = options_.io_engine;
     eo.workers = options_.io_workers;
     eo.queue_depth = options_.io_queue_depth;
     FC_ASSIGN_OR_RETURN(engine_, MakeIoEngine(eo, &info_.io_note));

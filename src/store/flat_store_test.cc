@@ -32,7 +32,7 @@ StoreOptions SmallOptions(const std::string& dir) {
   o.ssd_bytes = 64 * kMiB;
   o.ssd_file_bytes = 4 * kMiB;
   o.max_scopes = 256;
-  o.io_engine = "posix";
+  o.io_engine = IoEngineKind::kPosix;
   return o;
 }
 
@@ -391,7 +391,7 @@ TEST(FlatStoreWrites, OutOfOrderWriteCompletionsNeverCorruptASegment) {
   // Many small staging chunks over several engine workers: completions arrive out of order, and
   // a staging buffer must not be refilled before its own write finished.
   TempDir dir;
-  for (const char* engine : {"preadv", "uring"}) {
+  for (IoEngineKind engine : {IoEngineKind::kPreadv, IoEngineKind::kUring}) {
     StoreOptions o = SmallOptions(dir.path());
     o.io_engine = engine;
     o.io_workers = 4;
@@ -407,8 +407,9 @@ TEST(FlatStoreWrites, OutOfOrderWriteCompletionsNeverCorruptASegment) {
     HostBlocks dst(kLayout, keys.size());
     auto g = (*r)->Get(keys, kLayout, dst.buffers());
     ASSERT_TRUE(g.ok());
-    EXPECT_EQ(g->hits, keys.size()) << engine;
-    EXPECT_EQ(0, std::memcmp(dst.bytes.data(), src.bytes.data(), src.bytes.size())) << engine;
+    EXPECT_EQ(g->hits, keys.size()) << IoEngineKindName(engine);
+    EXPECT_EQ(0, std::memcmp(dst.bytes.data(), src.bytes.data(), src.bytes.size()))
+        << IoEngineKindName(engine);
   }
 }
 
@@ -471,8 +472,8 @@ TEST(FlatStoreReads, LargeRestoreReportsEveryLayerOnceAndInOrder) {
   // slices on disk are caught by the checksum in either restore.
   static_assert(FlatStore::kSplitRestoreSlices <= 4096);
   const KvLayout layout{16, 2, 4096};
-  for (const char* engine : {"posix", "preadv", "uring"}) {
-    SCOPED_TRACE(engine);
+  for (IoEngineKind engine : {IoEngineKind::kPosix, IoEngineKind::kPreadv, IoEngineKind::kUring}) {
+    SCOPED_TRACE(IoEngineKindName(engine));
     TempDir dir;
     StoreOptions o = SmallOptions(dir.path());
     o.io_engine = engine;

@@ -37,7 +37,7 @@ TEST(StoreReclaimStress, ReadersNeverSeeRecycledBytes) {
   o.ssd_file_bytes = 1 * kMiB;
   o.max_scopes = 4096;
   o.index_capacity = 2048;  // small (live blocks <= 1280), so churn forces index compactions
-  o.io_engine = "posix";
+  o.io_engine = IoEngineKind::kPosix;
   o.high_watermark = 0.8;
   o.low_watermark = 0.5;
   auto opened = FlatStore::OpenWithEngine(o, nullptr);
