@@ -47,8 +47,9 @@
 #include "io/restore_reader.h"
 #include "store/flat_store.h"
 #include "store/staging.h"
-#include "testing/test_util.h"
 #include "util/align.h"
+#include "util/block_content.h"
+#include "util/temp_dir.h"
 
 namespace flatcake::cli {
 namespace {
@@ -147,7 +148,7 @@ class HostMemory {
   uint8_t* data_ = nullptr;
 };
 
-// The restore destination, block-contiguous like testing::HostBlocks but in one aligned host
+// The restore destination, block-contiguous like HostBlocks but in one aligned host
 // allocation (as a serving engine's KV pool is), so reads can land in place.
 struct AlignedBlocks {
   AlignedBlocks(const KvLayout& l, size_t n, bool huge)
@@ -205,7 +206,7 @@ class RestoreBench {
   const RestoreArgs a_;
   const KvLayout layout_;
   uint64_t blocks_ = 0;
-  std::unique_ptr<testing::TempDir> tmp_;
+  std::unique_ptr<TempDir> tmp_;
   std::string dir_;
   std::unique_ptr<FlatStore> store_;
   std::vector<Key> keys_;
@@ -245,7 +246,7 @@ Status RestoreBench::Setup() {
   blocks_ = SessionBlocks(a_, block);
   dir_ = a_.dir;
   if (dir_.empty()) {
-    tmp_ = std::make_unique<testing::TempDir>("flatcake-restore");
+    tmp_ = std::make_unique<TempDir>("flatcake-restore");
     dir_ = tmp_->path();
   }
   StoreOptions o;
@@ -272,13 +273,13 @@ Status RestoreBench::Setup() {
   o.low_watermark = 1.0;
   FC_ASSIGN_OR_RETURN(store_, FlatStore::OpenWithEngine(o, nullptr));
 
-  keys_ = testing::MakeKeys(7, 0, blocks_);
+  keys_ = MakeKeys(7, 0, blocks_);
   dst_owner_ = std::make_unique<AlignedBlocks>(layout_, blocks_, huge_pages_);
   if (dst_owner_->data() == nullptr) return Status::NoSpace("restore destination buffer");
   dst_ = dst_owner_.get();
   // Flat copy: one Put per turn, chained, so the session is one scope of `turns` segments.
   const uint64_t per_turn = blocks_ / a_.turns;
-  testing::HostBlocks src(layout_, per_turn);
+  HostBlocks src(layout_, per_turn);
   for (uint32_t t = 0; t < a_.turns; ++t) {
     std::vector<Key> turn_keys(keys_.begin() + t * per_turn, keys_.begin() + (t + 1) * per_turn);
     src.Fill(turn_keys);
@@ -324,7 +325,7 @@ Status RestoreBench::WriteEvictionOrdered() {
   std::vector<IoOp> ops;
   for (uint64_t i = 0; i < blocks_; ++i) {
     object_at_.emplace_back(static_cast<uint32_t>(i / per_bucket), (i % per_bucket) * stride);
-    testing::FillBlock(keys_[i], obj.data(), block);
+    FillBlock(keys_[i], obj.data(), block);
     IoOp op;
     op.opcode = IoOpcode::kWrite;
     op.file = object_at_.back().first;
@@ -339,7 +340,7 @@ Status RestoreBench::WriteEvictionOrdered() {
 void RestoreBench::Verify(uint64_t* mismatches) {
   std::vector<uint8_t> want(layout_.block_bytes());
   for (uint64_t i = 0; i < blocks_; ++i) {
-    testing::FillBlock(keys_[i], want.data(), want.size());
+    FillBlock(keys_[i], want.data(), want.size());
     if (std::memcmp(want.data(), dst_->block(i), want.size()) != 0) ++*mismatches;
     verified_ += want.size();
   }
@@ -460,7 +461,7 @@ Result<Run> RestoreBench::FlatDirect() {
   FC_ASSIGN_OR_RETURN(Run r, TimedGet(dst));
   std::vector<uint8_t> want(layout_.block_bytes());
   for (uint64_t b = 0; b < blocks_; ++b) {
-    testing::FillBlock(keys_[b], want.data(), want.size());
+    FillBlock(keys_[b], want.data(), want.size());
     bool same = true;
     for (uint32_t l = 0; l < layers; ++l) {
       for (uint32_t p = 0; p < planes; ++p) {

@@ -9,7 +9,8 @@
 #include "cli/commands.h"
 #include "cli/store_flags.h"
 #include "flatcake/store.h"
-#include "testing/test_util.h"
+#include "util/block_content.h"
+#include "util/temp_dir.h"
 
 namespace flatcake::cli {
 namespace {
@@ -35,10 +36,10 @@ int RunRoundTrip(const RoundTripArgs& a) {
   const uint64_t batches = std::max<uint64_t>(2, a.bytes / (block * a.blocks_per_put));
   const uint64_t per_medium = (batches + 1) / 2 * a.blocks_per_put * block;
 
-  std::unique_ptr<testing::TempDir> tmp;
+  std::unique_ptr<TempDir> tmp;
   std::string dir = a.dir;
   if (dir.empty()) {
-    tmp = std::make_unique<testing::TempDir>("flatcake-roundtrip");
+    tmp = std::make_unique<TempDir>("flatcake-roundtrip");
     dir = tmp->path();
   }
   StoreOptions o;
@@ -53,7 +54,7 @@ int RunRoundTrip(const RoundTripArgs& a) {
   if (!opened.ok()) return ReportStatus("bench roundtrip", opened.status());
   Store& store = **opened;
 
-  testing::HostBlocks buf(layout, a.blocks_per_put);
+  HostBlocks buf(layout, a.blocks_per_put);
   std::vector<uint8_t> want(block);
   double put_s[2] = {0, 0}, get_s[2] = {0, 0};
   uint64_t moved[2] = {0, 0}, verified = 0, mismatches = 0, misses = 0;
@@ -61,7 +62,7 @@ int RunRoundTrip(const RoundTripArgs& a) {
     for (uint64_t i = 0; i < batches; ++i) {
       const MediaType m = i % 2 ? MediaType::kSsd : MediaType::kDram;
       const int mi = static_cast<int>(m);
-      auto keys = testing::MakeKeys(i, 0, a.blocks_per_put);
+      auto keys = MakeKeys(i, 0, a.blocks_per_put);
       if (pass == 0) {
         buf.Fill(keys);
         WriteHints h;
@@ -84,7 +85,7 @@ int RunRoundTrip(const RoundTripArgs& a) {
             misses++;
             continue;
           }
-          testing::FillBlock(keys[k], want.data(), block);
+          FillBlock(keys[k], want.data(), block);
           if (std::memcmp(want.data(), buf.block(k), block) != 0) mismatches++;
           verified += block;
         }

@@ -14,9 +14,9 @@
 #include "cli/commands.h"
 #include "cli/store_flags.h"
 #include "eval/replay.h"
-#include "testing/test_util.h"
 #include "trace/trace.h"
 #include "trace/workload_gen.h"
+#include "util/temp_dir.h"
 
 namespace flatcake::cli {
 namespace {
@@ -257,10 +257,10 @@ int RunReplayCommand(ReplayArgs& a) {
       return ReportArgError("replay", Status::InvalidArgument("--qps values must be >= 0"));
     }
   }
-  std::unique_ptr<testing::TempDir> tmp;
+  std::unique_ptr<TempDir> tmp;
   std::string base = a.dir;
   if (base.empty()) {
-    tmp = std::make_unique<testing::TempDir>("flatcake-replay");
+    tmp = std::make_unique<TempDir>("flatcake-replay");
     if (tmp->path().empty()) {
       return ReportStatus("replay", Status::IOError("cannot create a temporary directory"));
     }

@@ -16,8 +16,8 @@
 #include "flatcake/store.h"
 #include "sched/mas_scheduler.h"
 #include "store/flat_store.h"
-#include "testing/test_util.h"
 #include "util/align.h"
+#include "util/block_content.h"
 
 namespace flatcake::eval {
 namespace {

@@ -15,10 +15,11 @@
 #include <vector>
 
 #include "io/fault_injection_io_engine.h"
-#include "io/io_test_util.h"
 #include "io/posix_io_engine.h"
 #include "io/preadv_io_engine.h"
 #include "io/uring_io_engine.h"
+#include "testing/pattern_file.h"
+#include "util/temp_dir.h"
 
 namespace flatcake {
 namespace {
@@ -26,7 +27,6 @@ namespace {
 using testing::AllocAligned;
 using testing::FillPattern;
 using testing::PatternByte;
-using testing::TempDir;
 
 // Builds an engine of the given kind; `max_chunk` > 0 caps each system call / SQE, forcing short
 // transfers that the engine must continue.

@@ -15,17 +15,17 @@
 #include <vector>
 
 #include "io/fault_injection_io_engine.h"
-#include "io/io_test_util.h"
 #include "io/posix_io_engine.h"
 #include "io/preadv_io_engine.h"
 #include "io/uring_io_engine.h"
+#include "testing/pattern_file.h"
+#include "util/temp_dir.h"
 
 namespace flatcake {
 namespace {
 
 using testing::AllocAligned;
 using testing::PatternByte;
-using testing::TempDir;
 
 constexpr uint64_t kFileBytes = 8 << 20;
 

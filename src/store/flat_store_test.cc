@@ -13,15 +13,11 @@
 
 #include "io/fault_injection_io_engine.h"
 #include "io/posix_io_engine.h"
-#include "testing/test_util.h"
+#include "util/block_content.h"
+#include "util/temp_dir.h"
 
 namespace flatcake {
 namespace {
-
-using testing::FillBlock;
-using testing::HostBlocks;
-using testing::MakeKeys;
-using testing::TempDir;
 
 constexpr KvLayout kLayout{4, 2, 16 * 1024};  // 128 KiB blocks
 

@@ -1,35 +1,18 @@
-// Test helpers for the io/ tests: a temporary directory, aligned buffers and deterministic data.
-// Not thread-safe; each test owns its instances.
+// Test helpers for the io/ tests: files of a deterministic byte pattern, distinct per file and
+// position, and aligned buffers to read them into. Not thread-safe; each test owns its instances.
 #pragma once
 
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <string>
 
 namespace flatcake::testing {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/flatcake_io_XXXXXX";
-    char* p = ::mkdtemp(tmpl.data());
-    path_ = p ? p : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 struct FreeDeleter {
   void operator()(uint8_t* p) const { std::free(p); }
