@@ -1,11 +1,11 @@
 #include "baseline/tiered_store.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "io/coalesce.h"
 #include "util/align.h"
+#include "util/aligned_buffer.h"
 
 namespace flatcake::baseline {
 namespace {
@@ -36,13 +36,6 @@ void CopyBlockOut(const uint8_t* obj, const KvLayout& layout, const BlockBuffers
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
-
-struct AlignedBuffer {
-  explicit AlignedBuffer(uint64_t bytes)
-      : data(static_cast<uint8_t*>(std::aligned_alloc(kAlign, AlignUp(bytes, kAlign)))) {}
-  ~AlignedBuffer() { std::free(data); }
-  uint8_t* data;
-};
 
 }  // namespace
 
@@ -201,8 +194,9 @@ Status TieredStore::WriteVictims(std::vector<Victim>& victims, uint64_t obj_byte
   const uint64_t fb = ssd_->file_bytes();
   const uint64_t per_op = std::max<uint64_t>(1, options_.max_io_bytes / obj_bytes);
   const uint64_t batch_objects = std::max<uint64_t>(per_op, (16 * kMiB) / obj_bytes);
-  AlignedBuffer buf(batch_objects * obj_bytes);
-  if (!buf.data) return Status::NoSpace("tiered: cannot allocate the offload buffer");
+  Result<AlignedBuffer> buf =
+      AlignedBuffer::Allocate(batch_objects * obj_bytes, {.alignment = kAlign});
+  if (!buf.ok()) return Status::NoSpace("tiered: cannot allocate the offload buffer");
   std::vector<IoOp> ops;
   uint64_t filled = 0;
   auto flush = [&]() -> Status {
@@ -224,7 +218,7 @@ Status TieredStore::WriteVictims(std::vector<Victim>& victims, uint64_t obj_byte
       Status st = flush();
       if (first.ok()) first = st;
     }
-    uint8_t* dst = buf.data + filled * obj_bytes;
+    uint8_t* dst = buf->data() + filled * obj_bytes;
     for (size_t k = i; k < j; ++k) {
       std::memcpy(dst + (k - i) * obj_bytes, dram_->base() + order[k]->dram_off, obj_bytes);
     }

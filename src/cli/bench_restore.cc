@@ -26,7 +26,6 @@
 // All variants use the same engine kind. Repetitions alternate the order and the table reports
 // medians; ratios are taken within each repetition. --variants runs a subset (for profiling).
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -46,8 +45,8 @@
 #include "cli/store_flags.h"
 #include "io/restore_reader.h"
 #include "store/flat_store.h"
-#include "store/staging.h"
 #include "util/align.h"
+#include "util/aligned_buffer.h"
 #include "util/block_content.h"
 #include "util/temp_dir.h"
 
@@ -118,50 +117,31 @@ struct Run {
   double gbps() const { return ms > 0 ? bytes / (ms * 1e6) : 0; }
 };
 
-// Host memory for the restore destinations and the raw-read buffer: one anonymous mapping,
-// 2 MiB-aligned and advised for transparent huge pages when `huge` (a serving engine's host KV
-// pool is huge-page backed, as the paper's is), faulted in before any timing. With 4 KiB pages a
-// restore that scatters 16 KiB slices over a multi-GiB pool spends much of its copy time on TLB
-// misses; `--dest-pages 4k` measures that case.
-class HostMemory {
- public:
-  static constexpr uint64_t kHuge = 2ull << 20;
-  HostMemory(uint64_t bytes, bool huge) : map_bytes_(bytes + kHuge) {
-    void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return;
-    map_ = static_cast<uint8_t*>(p);
-    data_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(map_) + kHuge - 1) &
-                                       ~uintptr_t{kHuge - 1});
-    madvise(data_, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-    std::memset(data_, 0, bytes);
-  }
-  ~HostMemory() {
-    if (map_) munmap(map_, map_bytes_);
-  }
-  HostMemory(const HostMemory&) = delete;
-  HostMemory& operator=(const HostMemory&) = delete;
-  uint8_t* data() const { return data_; }
-
- private:
-  const uint64_t map_bytes_;
-  uint8_t* map_ = nullptr;
-  uint8_t* data_ = nullptr;
-};
+// Host memory for the restore destinations and the raw-read buffer: 2 MiB-aligned and advised
+// for transparent huge pages when `huge` (a serving engine's host KV pool is huge-page backed, as
+// the paper's is), else for small pages; faulted in before any timing. With 4 KiB pages a restore
+// that scatters 16 KiB slices over a multi-GiB pool spends much of its copy time on TLB misses;
+// `--dest-pages 4k` measures that case.
+Result<AlignedBuffer> AllocateHostMemory(uint64_t bytes, bool huge) {
+  return AlignedBuffer::Allocate(
+      bytes, {.alignment = AlignedBuffer::kHugePageBytes,
+              .backing = huge ? PageBacking::kTransparentHuge : PageBacking::kSmallPages,
+              .prefault = true});
+}
 
 // The restore destination, block-contiguous like HostBlocks but in one aligned host
 // allocation (as a serving engine's KV pool is), so reads can land in place.
 struct AlignedBlocks {
-  AlignedBlocks(const KvLayout& l, size_t n, bool huge)
-      : bytes(l.block_bytes() * n), mem(bytes, huge), ptrs(n) {
-    if (mem.data() == nullptr) return;
+  AlignedBlocks(const KvLayout& l, size_t n, AlignedBuffer memory)
+      : mem(std::move(memory)), ptrs(n) {
     for (size_t i = 0; i < n; ++i) ptrs[i] = mem.data() + i * l.block_bytes();
   }
   BlockBuffers buffers() const { return BlockBuffers{BufferKind::kBlockContiguous, ptrs}; }
   uint8_t* block(size_t i) { return static_cast<uint8_t*>(ptrs[i]); }
   uint8_t* data() { return mem.data(); }
+  uint64_t bytes() const { return mem.size(); }
 
-  const uint64_t bytes;
-  HostMemory mem;
+  AlignedBuffer mem;
   std::vector<void*> ptrs;
 };
 
@@ -191,7 +171,7 @@ class RestoreBench {
   // (l, p) under that assumption.
   uint64_t FileSlice(uint64_t b, uint32_t l, uint32_t p) const;
   // The raw buffer (the flat copy's bytes, padding included), allocated on first use.
-  Result<HostMemory*> RawBuffer();
+  Result<AlignedBuffer*> RawBuffer();
   // Reads the first `total` pool bytes in max-I/O sequential pieces, file by file, timed;
   // `target` points each op at its destination (op.len and file offset already set). `budget` >
   // 0 bounds the bytes in flight (ExecuteSyncBounded); 0 submits every read at once.
@@ -220,7 +200,7 @@ class RestoreBench {
   std::unique_ptr<IoEngine> bucket_engine_;
   std::unique_ptr<RestoreReader> bucket_reader_;
   uint64_t verified_ = 0, mismatches_ = 0, raw_slots_mismatches_ = 0;
-  std::unique_ptr<HostMemory> raw_buf_;
+  AlignedBuffer raw_buf_;
 
  public:
   ~RestoreBench() {
@@ -274,8 +254,10 @@ Status RestoreBench::Setup() {
   FC_ASSIGN_OR_RETURN(store_, FlatStore::OpenWithEngine(o, nullptr));
 
   keys_ = MakeKeys(7, 0, blocks_);
-  dst_owner_ = std::make_unique<AlignedBlocks>(layout_, blocks_, huge_pages_);
-  if (dst_owner_->data() == nullptr) return Status::NoSpace("restore destination buffer");
+  Result<AlignedBuffer> dst_memory =
+      AllocateHostMemory(layout_.block_bytes() * blocks_, huge_pages_);
+  if (!dst_memory.ok()) return Status::NoSpace("restore destination buffer");
+  dst_owner_ = std::make_unique<AlignedBlocks>(layout_, blocks_, std::move(dst_memory).value());
   dst_ = dst_owner_.get();
   // Flat copy: one Put per turn, chained, so the session is one scope of `turns` segments.
   const uint64_t per_turn = blocks_ / a_.turns;
@@ -321,7 +303,7 @@ Status RestoreBench::WriteEvictionOrdered() {
   ro.coalesce.max_io = store_->options().max_io_bytes;
   FC_ASSIGN_OR_RETURN(bucket_reader_, RestoreReader::Create(*bucket_engine_, ro));
   // Objects in eviction order: this session's block i, then the other sessions' block i.
-  StagingBuffer obj(block);
+  FC_ASSIGN_OR_RETURN(AlignedBuffer obj, AlignedBuffer::Allocate(block));
   std::vector<IoOp> ops;
   for (uint64_t i = 0; i < blocks_; ++i) {
     object_at_.emplace_back(static_cast<uint32_t>(i / per_bucket), (i % per_bucket) * stride);
@@ -344,25 +326,27 @@ void RestoreBench::Verify(uint64_t* mismatches) {
     if (std::memcmp(want.data(), dst_->block(i), want.size()) != 0) ++*mismatches;
     verified_ += want.size();
   }
-  std::memset(dst_->data(), 0, dst_->bytes);
+  std::memset(dst_->data(), 0, dst_->bytes());
 }
 
 Result<Run> RestoreBench::Raw(uint64_t budget) {
   // The flat copy's bytes, read file after file in max-I/O sequential pieces straight into an
   // aligned buffer (no scatter: this is the disk's limit, not a restore).
   const uint64_t total = store_->GetStats().ssd.written_bytes;  // the segments, padding included
-  FC_ASSIGN_OR_RETURN(HostMemory * raw, RawBuffer());
-  HostMemory& buf = *raw;
+  FC_ASSIGN_OR_RETURN(AlignedBuffer * raw, RawBuffer());
+  AlignedBuffer& buf = *raw;
   return SequentialReads(
       total, [&](IoOp& op, uint64_t pos) { op.buf = buf.data() + pos; }, budget);
 }
 
-Result<HostMemory*> RestoreBench::RawBuffer() {
-  if (!raw_buf_) {
-    raw_buf_ = std::make_unique<HostMemory>(store_->GetStats().ssd.written_bytes, huge_pages_);
-    if (!raw_buf_->data()) return Status::NoSpace("raw read buffer");
+Result<AlignedBuffer*> RestoreBench::RawBuffer() {
+  if (raw_buf_.empty()) {
+    Result<AlignedBuffer> mem =
+        AllocateHostMemory(store_->GetStats().ssd.written_bytes, huge_pages_);
+    if (!mem.ok()) return Status::NoSpace("raw read buffer");
+    raw_buf_ = std::move(mem).value();
   }
-  return raw_buf_.get();
+  return &raw_buf_;
 }
 
 Status RestoreBench::CheckBackToBack() const {
@@ -443,7 +427,7 @@ Result<Run> RestoreBench::RawSlots() {
 
 Result<Run> RestoreBench::FlatDirect() {
   if (Status st = CheckBackToBack(); !st.ok()) return st.WithContext("flat-direct");
-  FC_ASSIGN_OR_RETURN(HostMemory * raw, RawBuffer());
+  FC_ASSIGN_OR_RETURN(AlignedBuffer * raw, RawBuffer());
   const uint64_t s = layout_.slice_bytes;
   const uint32_t layers = layout_.num_layers, planes = layout_.num_planes;
   std::vector<void*> ptrs(blocks_ * layers * planes);
@@ -594,7 +578,7 @@ int RestoreBench::Main() {
   // runs each way on this project's VM; the copy into a destination not touched for a while is
   // slower). Allocating the destination after the copies instead, so that faulting it in was the
   // fresh write, did not do it: 33-38 ms.
-  std::memset(dst_->data(), 0, dst_->bytes);
+  std::memset(dst_->data(), 0, dst_->bytes());
   std::vector<Run> runs[kVariants];
   std::vector<double> flat_vs_raw, flat_vs_scattered, flat_vs_raw_slots, raw_slots_vs_raw,
       flat_vs_raw_window, raw_window_vs_raw, flat_direct_vs_raw, flat_vs_flat_direct,

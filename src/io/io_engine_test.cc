@@ -67,20 +67,20 @@ class EngineTest : public ::testing::TestWithParam<IoEngineKind> {
 void RoundTrip(IoEngine& engine, uint32_t file, uint64_t bytes, uint64_t wchunk, uint64_t rchunk) {
   auto src = AllocAligned(bytes);
   auto dst = AllocAligned(bytes);
-  FillPattern(src.get(), file, 0, bytes);
-  std::memset(dst.get(), 0, bytes);
+  FillPattern(src.data(), file, 0, bytes);
+  std::memset(dst.data(), 0, bytes);
   std::vector<IoOp> writes, reads;
   for (uint64_t off = 0; off < bytes; off += wchunk) {
     writes.push_back(
-        IoOp{IoOpcode::kWrite, file, off, src.get() + off, std::min(wchunk, bytes - off), off});
+        IoOp{IoOpcode::kWrite, file, off, src.data() + off, std::min(wchunk, bytes - off), off});
   }
   ASSERT_TRUE(ExecuteSync(engine, writes).ok());
   for (uint64_t off = 0; off < bytes; off += rchunk) {
     reads.push_back(
-        IoOp{IoOpcode::kRead, file, off, dst.get() + off, std::min(rchunk, bytes - off), off});
+        IoOp{IoOpcode::kRead, file, off, dst.data() + off, std::min(rchunk, bytes - off), off});
   }
   ASSERT_TRUE(ExecuteSync(engine, reads).ok());
-  ASSERT_EQ(0, std::memcmp(src.get(), dst.get(), bytes));
+  ASSERT_EQ(0, std::memcmp(src.data(), dst.data(), bytes));
 }
 
 TEST_P(EngineTest, BufferedRoundTripTwoFiles) {
@@ -308,16 +308,16 @@ TEST_P(EngineTest, VectoredReadBufferedAndDirect) {
   ASSERT_TRUE(engine_->RegisterFiles(fds).ok());
   for (uint32_t file : {0u, 1u}) {
     auto dst = AllocAligned(kBytes);
-    std::memset(dst.get(), 0, kBytes);
+    std::memset(dst.data(), 0, kBytes);
     // Two ops, each one vectored read of 64 reversed 16 KiB pieces.
-    auto iov_a = ReversedIoVecs(dst.get(), kBytes / 2, kChunk);
-    auto iov_b = ReversedIoVecs(dst.get() + kBytes / 2, kBytes / 2, kChunk);
+    auto iov_a = ReversedIoVecs(dst.data(), kBytes / 2, kChunk);
+    auto iov_b = ReversedIoVecs(dst.data() + kBytes / 2, kBytes / 2, kChunk);
     IoOp ops[] = {VectoredOp(IoOpcode::kRead, file, 0, iov_a),
                   VectoredOp(IoOpcode::kRead, file, kBytes / 2, iov_b)};
     Status st = ExecuteSync(*engine_, ops);
     ASSERT_TRUE(st.ok()) << "file " << file << ": " << st.ToString();
-    EXPECT_EQ(ReversedMismatches(dst.get(), 2, 0, kBytes / 2, kChunk), 0u);
-    EXPECT_EQ(ReversedMismatches(dst.get() + kBytes / 2, 2, kBytes / 2, kBytes / 2, kChunk), 0u);
+    EXPECT_EQ(ReversedMismatches(dst.data(), 2, 0, kBytes / 2, kChunk), 0u);
+    EXPECT_EQ(ReversedMismatches(dst.data() + kBytes / 2, 2, kBytes / 2, kBytes / 2, kChunk), 0u);
   }
   if (auto* uring = dynamic_cast<UringIoEngine*>(engine_.get())) {
     EXPECT_GE(uring->stats().vectored_sqes, 4u);
@@ -335,12 +335,12 @@ TEST_P(EngineTest, VectoredWriteGathersInListOrder) {
   // Piece i of the file comes from the buffer's piece (n - 1 - i): fill the buffer accordingly.
   const uint64_t n = kBytes / kChunk;
   for (uint64_t i = 0; i < n; ++i)
-    FillPattern(src.get() + (n - 1 - i) * kChunk, 4, i * kChunk, kChunk);
-  auto iov = ReversedIoVecs(src.get(), kBytes, kChunk);
+    FillPattern(src.data() + (n - 1 - i) * kChunk, 4, i * kChunk, kChunk);
+  auto iov = ReversedIoVecs(src.data(), kBytes, kChunk);
   IoOp w = VectoredOp(IoOpcode::kWrite, 0, 0, iov);
   ASSERT_TRUE(ExecuteSync(*engine_, {&w, 1}).ok());
   auto back = AllocAligned(kBytes);
-  IoOp r{IoOpcode::kRead, 0, 0, back.get(), kBytes, 0};
+  IoOp r{IoOpcode::kRead, 0, 0, back.data(), kBytes, 0};
   ASSERT_TRUE(ExecuteSync(*engine_, {&r, 1}).ok());
   uint64_t bad = 0;
   for (uint64_t i = 0; i < kBytes; ++i) bad += back[i] != PatternByte(4, i);
@@ -476,11 +476,11 @@ TEST_P(EngineTest, BoundedReadsLandEveryByte) {
   ASSERT_TRUE(engine_->RegisterFiles({&fd, 1}).ok());
   for (uint64_t budget : {uint64_t{3 * 65536}, uint64_t{1000}, uint64_t{1} << 30}) {
     auto dst = AllocAligned(kBytes);
-    std::memset(dst.get(), 0, kBytes);
+    std::memset(dst.data(), 0, kBytes);
     std::vector<IoOp> ops;
     for (uint64_t off = 0; off < kBytes; off += 65536) {
       ops.push_back(
-          IoOp{IoOpcode::kRead, 0, off, dst.get() + off, std::min<uint64_t>(65536, kBytes - off)});
+          IoOp{IoOpcode::kRead, 0, off, dst.data() + off, std::min<uint64_t>(65536, kBytes - off)});
     }
     Status s = ExecuteSyncBounded(*engine_, ops, budget);
     ASSERT_TRUE(s.ok()) << s.ToString();
@@ -507,7 +507,7 @@ TEST(UringEngine, RegisteredBuffersUseFixedOps) {
   ASSERT_TRUE(engine.RegisterFiles({&fd, 1}).ok());
   EXPECT_TRUE(engine.files_registered());
   auto window = AllocAligned(1 << 20);
-  IoBufferRegion region{window.get(), 1 << 20};
+  IoBufferRegion region{window.data(), 1 << 20};
   Status reg = engine.RegisterBuffers({&region, 1});
   if (!reg.ok()) {
     ::close(fd);
@@ -515,7 +515,7 @@ TEST(UringEngine, RegisteredBuffersUseFixedOps) {
   }
   std::vector<IoOp> ops;
   for (uint64_t off = 0; off < (1 << 20); off += 65536) {
-    ops.push_back(IoOp{IoOpcode::kRead, 0, off, window.get() + off, 65536, 0});
+    ops.push_back(IoOp{IoOpcode::kRead, 0, off, window.data() + off, 65536, 0});
   }
   ASSERT_TRUE(ExecuteSync(engine, ops).ok());
   for (uint64_t i = 0; i < (1 << 20); i += 333) ASSERT_EQ(window[i], PatternByte(3, i));

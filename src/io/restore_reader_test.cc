@@ -133,7 +133,7 @@ TEST_P(RestoreTest, AlignedContiguousDestinationsAreReadDirectly) {
   for (uint32_t l = 0; l < layers; ++l) {
     for (uint32_t b = 0; b < blocks; ++b) {
       const uint64_t off = (l * blocks + b) * slice;
-      slices.push_back(SliceRead{1, off, slice, dest.get() + off, l});
+      slices.push_back(SliceRead{1, off, slice, dest.data() + off, l});
     }
   }
   std::reverse(slices.begin(), slices.end());
@@ -227,7 +227,7 @@ TEST_P(RestoreTest, ReaderStaysUsableAfterAFailedDirectRestore) {
   auto dest = AllocAligned(bytes);
   std::vector<SliceRead> slices;
   for (uint64_t off = 0; off < bytes; off += 65536) {
-    slices.push_back(SliceRead{0, off, 65536, dest.get() + off, static_cast<uint32_t>(off >> 20)});
+    slices.push_back(SliceRead{0, off, 65536, dest.data() + off, static_cast<uint32_t>(off >> 20)});
   }
   ReaderOptions o;
   o.min_vector_entry_bytes = 0;  // vector any read that lines up
@@ -238,7 +238,7 @@ TEST_P(RestoreTest, ReaderStaysUsableAfterAFailedDirectRestore) {
   Status failed = (*made)->Restore(slices);
   EXPECT_TRUE(failed.IsIOError()) << failed.ToString();
   fi.Clear();
-  std::memset(dest.get(), 0, bytes);
+  std::memset(dest.data(), 0, bytes);
   ASSERT_TRUE((*made)->Restore(slices).ok());
   EXPECT_EQ(Mismatches(slices), 0u);
   EXPECT_GT((*made)->stats().direct_reads, 0u);
@@ -319,8 +319,8 @@ TEST_P(RestoreTest, BlockContiguousDestinationsOfLayerMajorFileAreReadVectored) 
   const uint32_t layers = 4, planes = 2, blocks = 32;
   const uint64_t slice = 16384, total = uint64_t{layers} * planes * blocks * slice;
   auto dest = AllocAligned(total);
-  std::memset(dest.get(), 0, total);
-  auto slices = LayerMajorSession(1, 0, layers, planes, blocks, slice, dest.get());
+  std::memset(dest.data(), 0, total);
+  auto slices = LayerMajorSession(1, 0, layers, planes, blocks, slice, dest.data());
   std::shuffle(slices.begin(), slices.end(), std::mt19937_64(9));
   auto reader = Reader(1 << 20);
   std::vector<uint32_t> order;
@@ -351,7 +351,7 @@ TEST_P(RestoreTest, BlockContiguousDestinationsOfLayerMajorFileAreReadVectored) 
   o.allow_vectored = false;
   auto staged = RestoreReader::Create(*engine_, o);
   ASSERT_TRUE(staged.ok());
-  std::memset(dest.get(), 0, total);
+  std::memset(dest.data(), 0, total);
   ASSERT_TRUE((*staged)->Restore(slices).ok());
   EXPECT_EQ(Mismatches(slices), 0u);
   EXPECT_EQ((*staged)->stats().vectored_reads, 0u);
@@ -368,8 +368,8 @@ TEST_P(RestoreTest, SmallEntriesAreStagedAndLargeOnesVectoredByDefault) {
     const uint32_t layers = 2, planes = 2, blocks = 4;
     const uint64_t total = uint64_t{layers} * planes * blocks * slice;
     auto dest = AllocAligned(total);
-    std::memset(dest.get(), 0, total);
-    auto slices = LayerMajorSession(1, 0, layers, planes, blocks, slice, dest.get());
+    std::memset(dest.data(), 0, total);
+    auto slices = LayerMajorSession(1, 0, layers, planes, blocks, slice, dest.data());
     ReaderOptions o;
     o.window_bytes = 4 << 20;
     auto made = RestoreReader::Create(*engine_, o);
@@ -395,7 +395,7 @@ TEST_P(RestoreTest, VectoredReadsSplitAtIovMax) {
   auto dest = AllocAligned(kFileBytes);
   std::vector<SliceRead> slices;
   for (uint64_t i = 0; i < n; ++i) {
-    slices.push_back(SliceRead{0, i * slice, slice, dest.get() + (n - 1 - i) * slice, 0});
+    slices.push_back(SliceRead{0, i * slice, slice, dest.data() + (n - 1 - i) * slice, 0});
   }
   ReaderOptions o;
   o.min_vector_entry_bytes = 0;  // vector any read that lines up
@@ -415,7 +415,7 @@ TEST_P(RestoreTest, VectoredReadsSplitAtIovMax) {
   o.max_iovecs = 300;
   auto small = RestoreReader::Create(*engine_, o);
   ASSERT_TRUE(small.ok());
-  std::memset(dest.get(), 0, kFileBytes);
+  std::memset(dest.data(), 0, kFileBytes);
   ASSERT_TRUE((*small)->Restore(slices).ok());
   EXPECT_EQ(Mismatches(slices), 0u);
   st = (*small)->stats();
@@ -494,7 +494,7 @@ std::vector<SliceRead> ReversedPairs(uint8_t* dest) {
 TEST_P(RestoreTest, ContinuingDestinationsShareOneIovec) {
   // 8 iovecs, so a cap of 4 per op makes 2 ops (16 entries would make 4).
   auto dest = AllocAligned(16 * kPairSlice);
-  auto slices = ReversedPairs(dest.get());
+  auto slices = ReversedPairs(dest.data());
   ReaderOptions o;
   o.min_vector_entry_bytes = 0;  // vector any read that lines up
   o.window_bytes = 1 << 20;
@@ -556,7 +556,7 @@ TEST_P(RestoreTest, VectoredReadsStayWithinTheInFlightBudget) {
   const uint32_t layers = 8, planes = 2, blocks = 16;
   const uint64_t slice = 16384, total = uint64_t{layers} * planes * blocks * slice;  // 4 MiB
   auto dest = AllocAligned(total);
-  auto slices = LayerMajorSession(0, 0, layers, planes, blocks, slice, dest.get());
+  auto slices = LayerMajorSession(0, 0, layers, planes, blocks, slice, dest.data());
   InflightTrackingEngine tracking(*engine_);
   const uint64_t window = 256 << 10;
   auto reader = Reader(window, &tracking);
@@ -576,8 +576,8 @@ TEST_P(RestoreTest, StagedAndVectoredReadsShareOneInFlightBudget) {
   const uint64_t slice = 16384, total = uint64_t{layers} * planes * blocks * slice;  // 4 MiB
   auto aligned = AllocAligned(total);
   auto staged = AllocAligned(total + 4096);
-  auto slices = LayerMajorSession(0, 0, layers, planes, blocks, slice, aligned.get());
-  auto odd = LayerMajorSession(1, 0, layers, planes, blocks, slice, staged.get() + 1);
+  auto slices = LayerMajorSession(0, 0, layers, planes, blocks, slice, aligned.data());
+  auto odd = LayerMajorSession(1, 0, layers, planes, blocks, slice, staged.data() + 1);
   slices.insert(slices.end(), odd.begin(), odd.end());
   InflightTrackingEngine tracking(*engine_);
   const uint64_t window = 256 << 10;
@@ -860,7 +860,7 @@ TEST_P(RestoreTest, ARestoreAfterASplitVectoredReadWaitsForEveryOp) {
   // The first restore is one vectored read of 16 slices, 8 iovecs in 2 ops of 4; the second
   // waits until both ops are back.
   auto dest = AllocAligned(16 * kPairSlice);
-  auto first = ReversedPairs(dest.get());
+  auto first = ReversedPairs(dest.data());
   ReaderOptions o;
   o.min_vector_entry_bytes = 0;
   o.window_bytes = 4 << 20;
@@ -1001,7 +1001,7 @@ TEST_P(RestoreTest, FailedOpOfASplitVectoredReadFailsTheRestore) {
   auto dest = AllocAligned(kFileBytes);
   std::vector<SliceRead> slices;
   for (uint64_t i = 0; i < n; ++i) {
-    slices.push_back(SliceRead{0, i * slice, slice, dest.get() + (n - 1 - i) * slice, 0});
+    slices.push_back(SliceRead{0, i * slice, slice, dest.data() + (n - 1 - i) * slice, 0});
   }
   ReaderOptions o;
   o.min_vector_entry_bytes = 0;  // vector any read that lines up
@@ -1026,7 +1026,7 @@ TEST_P(RestoreTest, FailedOpOfASplitVectoredReadFailsTheRestore) {
   EXPECT_TRUE(s.IsIOError()) << s.ToString();
   EXPECT_NE(s.message().find("unexpected end of file"), std::string_view::npos) << s.ToString();
   fi.Clear();
-  std::memset(dest.get(), 0, kFileBytes);
+  std::memset(dest.data(), 0, kFileBytes);
   ASSERT_TRUE((*made)->Restore(slices).ok());
   EXPECT_EQ(Mismatches(slices), 0u);
   EXPECT_EQ((*made)->stats().vectored_reads, 3u);
@@ -1044,7 +1044,7 @@ TEST_P(RestoreTest, SliceCallbackRunsOnceForEveryLandedSliceAndNeverForAFailedRe
   const uint64_t layer_bytes = blocks * slice;
   std::vector<uint8_t> odd(layers * layer_bytes + 1);     // unaligned: staged and copied
   auto aligned_buf = AllocAligned(layers * layer_bytes);  // aligned: direct or vectored
-  uint8_t* aligned = aligned_buf.get();
+  uint8_t* aligned = aligned_buf.data();
   // Round 0: staged; 1: direct or vectored, every slice split; 2: a failed read; 3: staged, every
   // slice split.
   for (int round = 0; round < 4; ++round) {

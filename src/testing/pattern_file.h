@@ -3,26 +3,21 @@
 #pragma once
 
 #include <fcntl.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <memory>
 #include <string>
+#include <utility>
+
+#include "util/aligned_buffer.h"
 
 namespace flatcake::testing {
 
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using AlignedBuffer = std::unique_ptr<uint8_t[], FreeDeleter>;
-
+// An `align`-aligned buffer to read into; empty when memory is exhausted.
 inline AlignedBuffer AllocAligned(size_t bytes, size_t align = 4096) {
-  void* p = nullptr;
-  if (::posix_memalign(&p, align, bytes == 0 ? align : bytes) != 0) return nullptr;
-  return AlignedBuffer(static_cast<uint8_t*>(p));
+  Result<AlignedBuffer> b = AlignedBuffer::Allocate(bytes, {.alignment = align});
+  return b.ok() ? std::move(b).value() : AlignedBuffer();
 }
 
 // Byte i of file `file` in every test: distinct per position, so misplaced data shows.
