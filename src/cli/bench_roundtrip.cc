@@ -29,6 +29,35 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Both media sized so the whole volume (`per_medium` bytes on each) stays below the high
+// watermark: this bench checks data, not reclamation (the reclamation tests do that).
+StoreOptions RoundTripStoreOptions(uint64_t per_medium, const std::string& dir) {
+  StoreOptions o;
+  const uint64_t room = static_cast<uint64_t>(per_medium / (o.high_watermark - 0.05));
+  o.dram_bytes = room + 64 * kMiB;
+  o.ssd_dirs = {dir};
+  o.ssd_file_bytes = 256 * kMiB;
+  o.ssd_bytes = (room / o.ssd_file_bytes + 2) * o.ssd_file_bytes;
+  return o;
+}
+
+// Compares each found block of `got` with its deterministic content; counts the bytes verified,
+// the blocks that differ and the keys not found.
+void VerifyBatch(const std::vector<Key>& keys, const std::vector<uint8_t>& found, HostBlocks& got,
+                 uint64_t* verified, uint64_t* mismatches, uint64_t* misses) {
+  const uint64_t block = got.layout.block_bytes();
+  std::vector<uint8_t> want(block);
+  for (size_t k = 0; k < keys.size(); ++k) {
+    if (!found[k]) {
+      ++*misses;
+      continue;
+    }
+    FillBlock(keys[k], want.data(), block);
+    if (std::memcmp(want.data(), got.block(k), block) != 0) ++*mismatches;
+    *verified += block;
+  }
+}
+
 int RunRoundTrip(const RoundTripArgs& a) {
   const KvLayout layout{a.layers, a.planes, a.slice_bytes};
   if (Status st = ValidateKvLayout(layout); !st.ok()) return ReportStatus("bench roundtrip", st);
@@ -42,20 +71,11 @@ int RunRoundTrip(const RoundTripArgs& a) {
     tmp = std::make_unique<TempDir>("flatcake-roundtrip");
     dir = tmp->path();
   }
-  StoreOptions o;
-  // Both media sized so the whole volume stays below the high watermark: this bench checks data,
-  // not reclamation (the reclamation tests do that).
-  const uint64_t room = static_cast<uint64_t>(per_medium / (o.high_watermark - 0.05));
-  o.dram_bytes = room + 64 * kMiB;
-  o.ssd_dirs = {dir};
-  o.ssd_file_bytes = 256 * kMiB;
-  o.ssd_bytes = (room / o.ssd_file_bytes + 2) * o.ssd_file_bytes;
-  auto opened = Store::Open(o);
+  auto opened = Store::Open(RoundTripStoreOptions(per_medium, dir));
   if (!opened.ok()) return ReportStatus("bench roundtrip", opened.status());
   Store& store = **opened;
 
   HostBlocks buf(layout, a.blocks_per_put);
-  std::vector<uint8_t> want(block);
   double put_s[2] = {0, 0}, get_s[2] = {0, 0};
   uint64_t moved[2] = {0, 0}, verified = 0, mismatches = 0, misses = 0;
   for (uint64_t pass = 0; pass < 2; ++pass) {
@@ -80,15 +100,7 @@ int RunRoundTrip(const RoundTripArgs& a) {
         auto r = store.Get(keys, layout, buf.buffers());
         get_s[mi] += Seconds(t0);
         if (!r.ok()) return ReportStatus("bench roundtrip", r.status());
-        for (size_t k = 0; k < keys.size(); ++k) {
-          if (!r->found[k]) {
-            misses++;
-            continue;
-          }
-          FillBlock(keys[k], want.data(), block);
-          if (std::memcmp(want.data(), buf.block(k), block) != 0) mismatches++;
-          verified += block;
-        }
+        VerifyBatch(keys, r->found, buf, &verified, &mismatches, &misses);
       }
     }
   }
