@@ -190,6 +190,27 @@ bool BlockIndex::Tombstone(size_t idx, uint64_t word) {
   return true;
 }
 
+// Raises the home's reach to cover our slot before the key can become visible to lookups
+// (Publish's release CAS orders this store before it; when the word already holds our bound and
+// hint nothing is stored, and read-read coherence makes a lookup that sees our Publish read that
+// word or a later one). A later Abort leaves it raised: the bound only needs to be an upper bound.
+// The same update records our slot in the home's hint cell for our fingerprint.
+void BlockIndex::RaiseReach(size_t home, size_t my_pos, uint64_t hash) {
+  std::atomic<uint64_t>& reach = slots_[home].reach;
+  const uint64_t need = std::min<uint64_t>(my_pos + 1, kReachUnbounded);
+  const int cell_shift = kHintShift + 8 * static_cast<int>(HintCell(hash));
+  const uint64_t hint = my_pos <= kMaxHint ? my_pos : 0;
+  uint64_t r = reach.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t bound = std::max<uint64_t>(r & kReachBits, need);
+    const uint64_t next =
+        (r & ~kReachBits & ~(uint64_t{0xFF} << cell_shift)) | bound | (hint << cell_shift);
+    if (next == r || reach.compare_exchange_weak(r, next, kRel, std::memory_order_relaxed)) {
+      break;
+    }
+  }
+}
+
 // Reserve protocol (one attempt; an attempt that loses a race starts over):
 //  1. Scan the chain from the home slot to the first EMPTY. A RESERVED or PUBLISHED slot with the
 //     key means kExists. Remember the first TOMBSTONE (or the EMPTY) as the target. Only slots
@@ -267,28 +288,9 @@ BlockIndex::ReserveOutcome BlockIndex::Reserve(const Key& key, Reservation* out)
       (void)ok;
     }
 
-    // Raise the home's reach to cover our slot before the key can become visible to lookups
-    // (Publish's release CAS orders this store before it; when the word already holds our bound
-    // and hint nothing is stored, and read-read coherence makes a lookup that sees our Publish
-    // read that word or a later one). A later Abort leaves it raised: the bound only needs to be
-    // an upper bound. The same update records our slot in the home's hint cell for our
-    // fingerprint.
+    // Raise the home's reach to cover our slot before the key can become visible to lookups.
     const size_t my_pos = (target - home) & mask_;
-    {
-      std::atomic<uint64_t>& reach = slots_[home].reach;
-      const uint64_t need = std::min<uint64_t>(my_pos + 1, kReachUnbounded);
-      const int cell_shift = kHintShift + 8 * static_cast<int>(HintCell(hash));
-      const uint64_t hint = my_pos <= kMaxHint ? my_pos : 0;
-      uint64_t r = reach.load(std::memory_order_relaxed);
-      for (;;) {
-        const uint64_t bound = std::max<uint64_t>(r & kReachBits, need);
-        const uint64_t next =
-            (r & ~kReachBits & ~(uint64_t{0xFF} << cell_shift)) | bound | (hint << cell_shift);
-        if (next == r || reach.compare_exchange_weak(r, next, kRel, std::memory_order_relaxed)) {
-          break;
-        }
-      }
-    }
+    RaiseReach(home, my_pos, hash);
 
     // Step 3.
     bool restart = false;

@@ -183,6 +183,9 @@ class BlockIndex {
   // keys probed.
   template <typename OnResult>
   size_t LookupPipelined(std::span<const Key> keys, IndexEntry* out, OnResult on_result) const;
+  // Step of Reserve: raises the reach of slot `home` to cover probe position `my_pos` and records
+  // that position in the hint cell of the key hashed to `hash`.
+  void RaiseReach(size_t home, size_t my_pos, uint64_t hash);
   // Moves slot `idx` from `word` to TOMBSTONE (same version). False when the word changed.
   bool Tombstone(size_t idx, uint64_t word);
 
