@@ -1,11 +1,11 @@
 #include "baseline/tiered_store.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "io/coalesce.h"
 #include "util/align.h"
+#include "util/aligned_buffer.h"
 
 namespace flatcake::baseline {
 namespace {
@@ -36,13 +36,6 @@ void CopyBlockOut(const uint8_t* obj, const KvLayout& layout, const BlockBuffers
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
-
-struct AlignedBuffer {
-  explicit AlignedBuffer(uint64_t bytes)
-      : data(static_cast<uint8_t*>(std::aligned_alloc(kAlign, AlignUp(bytes, kAlign)))) {}
-  ~AlignedBuffer() { std::free(data); }
-  uint8_t* data;
-};
 
 }  // namespace
 
@@ -201,8 +194,9 @@ Status TieredStore::WriteVictims(std::vector<Victim>& victims, uint64_t obj_byte
   const uint64_t fb = ssd_->file_bytes();
   const uint64_t per_op = std::max<uint64_t>(1, options_.max_io_bytes / obj_bytes);
   const uint64_t batch_objects = std::max<uint64_t>(per_op, (16 * kMiB) / obj_bytes);
-  AlignedBuffer buf(batch_objects * obj_bytes);
-  if (!buf.data) return Status::NoSpace("tiered: cannot allocate the offload buffer");
+  Result<AlignedBuffer> buf =
+      AlignedBuffer::Allocate(batch_objects * obj_bytes, {.alignment = kAlign});
+  if (!buf.ok()) return Status::NoSpace("tiered: cannot allocate the offload buffer");
   std::vector<IoOp> ops;
   uint64_t filled = 0;
   auto flush = [&]() -> Status {
@@ -224,7 +218,7 @@ Status TieredStore::WriteVictims(std::vector<Victim>& victims, uint64_t obj_byte
       Status st = flush();
       if (first.ok()) first = st;
     }
-    uint8_t* dst = buf.data + filled * obj_bytes;
+    uint8_t* dst = buf->data() + filled * obj_bytes;
     for (size_t k = i; k < j; ++k) {
       std::memcpy(dst + (k - i) * obj_bytes, dram_->base() + order[k]->dram_off, obj_bytes);
     }
@@ -459,215 +453,13 @@ Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayo
   const uint64_t obj_bytes = ObjectBytes(layout);
   TieredGetResult r;
   r.found.assign(keys.size(), 0);
-  std::vector<uint32_t> dram_hits, ssd_hits;
-  std::vector<uint64_t> dram_offs;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (obj_bytes_ != 0 && obj_bytes_ != obj_bytes) {
-      return Status::InvalidArgument("tiered: read layout " + layout.ToString() +
-                                     " differs from the stored one");
-    }
-    for (uint32_t i = 0; i < keys.size(); ++i) {
-      auto it = objects_.find(keys[i]);
-      if (it == objects_.end() || it->second.writing) continue;
-      Object& obj = it->second;
-      if (obj.dram_off >= 0) {
-        obj.dram_pins++;
-        TouchLocked(keys[i], obj);
-        dram_hits.push_back(i);
-        dram_offs.push_back(static_cast<uint64_t>(obj.dram_off));
-      } else if (obj.bucket >= 0) {
-        ssd_hits.push_back(i);
-      }
-    }
-  }
-  for (size_t h = 0; h < dram_hits.size(); ++h) {
-    CopyBlockOut(dram_->base() + dram_offs[h], layout, dst, dram_hits[h]);
-    r.found[dram_hits[h]] = 1;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (uint32_t i : dram_hits) UnpinDramLocked(keys[i]);
-  }
-  r.dram_hits = static_cast<uint32_t>(dram_hits.size());
-  r.bytes_from_dram = uint64_t{r.dram_hits} * layout.block_bytes();
-
-  if (!ssd_hits.empty() && ssd_) {
-    // Trim a prefetch larger than the whole pool to its leading part (it could never fit).
-    const uint64_t fit = options_.staging_bytes / obj_bytes;
-    size_t keep = std::min<size_t>(ssd_hits.size(), fit);
+  Hits hits;
+  FC_RETURN_IF_ERROR(FindAndPinHits(keys, layout, obj_bytes, &hits));
+  DeliverDramHits(keys, layout, dst, hits, &r);
+  if (!hits.ssd.empty() && ssd_) {
     const auto deadline =
         t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
-    int64_t soff = -1;
-    const auto w0 = std::chrono::steady_clock::now();
-    if (keep > 0) soff = AcquireStaging(keep * obj_bytes, deadline);
-    r.staging_wait_s = Since(w0);
-    if (soff < 0) keep = 0;
-    const uint32_t revoked = static_cast<uint32_t>(ssd_hits.size() - keep);
-    if (revoked > 0) {
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.revocations++;
-      stats_.revoked_blocks += revoked;
-      r.revoked = revoked;
-    }
-    ssd_hits.resize(keep);
-    if (keep > 0) {
-      // Pin the buckets now (not while waiting for staging, so a long wait never blocks the
-      // ring); an object whose bucket was dropped meanwhile is a miss.
-      std::vector<SliceRead> slices;
-      std::vector<uint32_t> pinned_keys;
-      std::vector<int64_t> pinned_buckets;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        const uint64_t fb = ssd_->file_bytes();
-        for (uint32_t i : ssd_hits) {
-          auto it = objects_.find(keys[i]);
-          if (it == objects_.end() || it->second.bucket < 0) continue;
-          Bucket* b = FindBucketLocked(it->second.bucket);
-          if (b == nullptr) continue;
-          b->pins++;
-          pinned_buckets.push_back(it->second.bucket);
-          pinned_keys.push_back(i);
-          const uint64_t off = it->second.ssd_off;
-          // `layer` carries the key index through the planner's sort.
-          slices.push_back(
-              SliceRead{static_cast<uint32_t>(off / fb), off % fb, obj_bytes, nullptr, i});
-        }
-      }
-      Status st;
-      CoalescePlan plan;
-      if (!slices.empty()) {
-        CoalesceOptions co;
-        co.max_gap = 0;  // merge only objects that are adjacent on disk
-        co.max_io = options_.max_io_bytes;
-        co.alignment = kAlign;
-        st = PlanReads(slices, co, &plan);
-      }
-      uint8_t* stage = staging_->base() + soff;
-      // Objects land in the staging region in plan order, so each merged read (consecutive on
-      // disk) is also consecutive in memory.
-      std::vector<uint64_t> pos(plan.slices.size());
-      for (size_t s = 0; s < plan.slices.size(); ++s) pos[s] = s * obj_bytes;
-      if (st.ok() && !slices.empty()) {
-        std::vector<IoOp> ops;
-        ops.reserve(plan.reads.size());
-        for (const MergedRead& mr : plan.reads) {
-          const SliceRead& first = plan.slices[mr.first_slice];
-          IoOp op;
-          op.opcode = IoOpcode::kRead;
-          op.file = mr.file;
-          op.offset = mr.offset;
-          op.len = mr.len;
-          op.buf = stage + pos[mr.first_slice] + (mr.offset - first.offset);
-          ops.push_back(op);
-        }
-        // Reads go out in batches (HiCache's storage batches); the deadline is checked as each
-        // batch completes. A batch that completes after it is read but not delivered, and the
-        // batches after it are never issued: the prefetch is revoked from there on.
-        const size_t batch = std::max<uint32_t>(1, options_.prefetch_batch_objects);
-        size_t landed = 0;  // slices (in plan order) delivered
-        size_t next_op = 0;
-        while (st.ok() && next_op < ops.size()) {
-          size_t end = next_op, objs = 0;
-          while (end < ops.size() && (objs < batch || end == next_op)) {
-            objs += plan.reads[end].slice_count;
-            ++end;
-          }
-          st = ExecuteSync(*engine_, std::span<const IoOp>(ops.data() + next_op, end - next_op));
-          r.ssd_reads += end - next_op;
-          for (size_t k = next_op; k < end; ++k) r.ssd_bytes_read += ops[k].len;
-          next_op = end;
-          if (!st.ok()) break;
-          if (Clock::now() > deadline) break;
-          landed = plan.reads[end - 1].first_slice + plan.reads[end - 1].slice_count;
-        }
-        if (st.ok()) {
-          for (size_t s = 0; s < landed; ++s) {
-            const uint32_t ki = plan.slices[s].layer;
-            CopyBlockOut(stage + pos[s], layout, dst, ki);
-            r.found[ki] = 1;
-            r.ssd_hits++;
-          }
-          r.bytes_from_ssd = uint64_t{r.ssd_hits} * layout.block_bytes();
-          const uint32_t late = static_cast<uint32_t>(plan.slices.size() - landed);
-          if (late > 0) {
-            std::lock_guard<std::mutex> lock(mu_);
-            if (r.revoked == 0) stats_.revocations++;
-            stats_.revoked_blocks += late;
-            r.revoked += late;
-          }
-          plan.slices.resize(landed);  // only delivered objects are promoted
-        }
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (int64_t id : pinned_buckets) {
-          if (Bucket* b = FindBucketLocked(id)) b->pins--;
-        }
-        stats_.ssd.read_bytes += r.ssd_bytes_read;
-        stats_.ssd.delivered_bytes += r.bytes_from_ssd;
-        if (!st.ok()) stats_.io_errors++;
-      }
-      r.deliver_s = Since(t0);
-      // Promote the delivered objects into DRAM (they become the most recently used). Like the
-      // store's load-back of an offloaded object, a promotion reads it from SSD again.
-      if (st.ok() && options_.promote_on_hit && options_.promotion_rereads &&
-          !plan.slices.empty()) {
-        std::vector<IoOp> ops;
-        for (const MergedRead& mr : plan.reads) {
-          if (mr.first_slice >= plan.slices.size()) break;
-          const SliceRead& first = plan.slices[mr.first_slice];
-          IoOp op;
-          op.opcode = IoOpcode::kRead;
-          op.file = mr.file;
-          op.offset = mr.offset;
-          op.len = std::min<uint64_t>(mr.len, (plan.slices.size() - mr.first_slice) * obj_bytes -
-                                                  (mr.offset - first.offset));
-          op.buf = stage + pos[mr.first_slice] + (mr.offset - first.offset);
-          ops.push_back(op);
-        }
-        st = ExecuteSync(*engine_, ops);
-        uint64_t bytes = 0;
-        for (const IoOp& op : ops) bytes += op.len;
-        std::lock_guard<std::mutex> lock(mu_);
-        stats_.ssd.read_bytes += bytes;
-        stats_.promotion_read_bytes += bytes;
-      }
-      if (st.ok() && options_.promote_on_hit) {
-        for (size_t s = 0; s < plan.slices.size(); ++s) {
-          const uint32_t ki = plan.slices[s].layer;
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            auto it = objects_.find(keys[ki]);
-            if (it == objects_.end() || it->second.dram_off >= 0 || it->second.writing ||
-                it->second.evicting || it->second.promoting) {
-              continue;
-            }
-            it->second.promoting = true;  // stays readable from SSD meanwhile
-          }
-          auto off = AllocateDram(obj_bytes);
-          if (off.ok()) std::memcpy(dram_->base() + *off, stage + pos[s], obj_bytes);
-          std::lock_guard<std::mutex> lock(mu_);
-          auto it = objects_.find(keys[ki]);
-          if (it == objects_.end()) {
-            if (off.ok()) dram_->Free(*off, obj_bytes);
-            continue;
-          }
-          Object& obj = it->second;
-          obj.promoting = false;
-          if (!off.ok()) {
-            if (obj.bucket < 0 && obj.dram_off < 0) objects_.erase(it);
-            continue;
-          }
-          obj.dram_off = static_cast<int64_t>(*off);
-          TouchLocked(keys[ki], obj);
-          stats_.dram.written_bytes += obj_bytes;
-          stats_.promotions++;
-        }
-      }
-      ReleaseStaging(static_cast<uint64_t>(soff), keep * obj_bytes);
-      if (!st.ok()) return st.WithContext("tiered get");
-    }
+    FC_RETURN_IF_ERROR(DeliverSsdHits(keys, layout, dst, hits.ssd, t0, deadline, &r));
   }
   if (r.deliver_s == 0) r.deliver_s = Since(t0);
   {
@@ -678,6 +470,242 @@ Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayo
   for (uint8_t f : r.found) r.hits += f;
   while (r.leading_hits < keys.size() && r.found[r.leading_hits]) r.leading_hits++;
   return r;
+}
+
+Status TieredStore::FindAndPinHits(std::span<const Key> keys, const KvLayout& layout,
+                                   uint64_t obj_bytes, Hits* hits) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (obj_bytes_ != 0 && obj_bytes_ != obj_bytes) {
+    return Status::InvalidArgument("tiered: read layout " + layout.ToString() +
+                                   " differs from the stored one");
+  }
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    auto it = objects_.find(keys[i]);
+    if (it == objects_.end() || it->second.writing) continue;
+    Object& obj = it->second;
+    if (obj.dram_off >= 0) {
+      obj.dram_pins++;
+      TouchLocked(keys[i], obj);
+      hits->dram.push_back(i);
+      hits->dram_offs.push_back(static_cast<uint64_t>(obj.dram_off));
+    } else if (obj.bucket >= 0) {
+      hits->ssd.push_back(i);
+    }
+  }
+  return Status::OK();
+}
+
+void TieredStore::DeliverDramHits(std::span<const Key> keys, const KvLayout& layout,
+                                  const BlockBuffers& dst, const Hits& hits, TieredGetResult* r) {
+  for (size_t h = 0; h < hits.dram.size(); ++h) {
+    CopyBlockOut(dram_->base() + hits.dram_offs[h], layout, dst, hits.dram[h]);
+    r->found[hits.dram[h]] = 1;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint32_t i : hits.dram) UnpinDramLocked(keys[i]);
+  }
+  r->dram_hits = static_cast<uint32_t>(hits.dram.size());
+  r->bytes_from_dram = uint64_t{r->dram_hits} * layout.block_bytes();
+}
+
+void TieredStore::CountRevokedLocked(uint32_t blocks, TieredGetResult* r) {
+  if (r->revoked == 0) stats_.revocations++;
+  stats_.revoked_blocks += blocks;
+  r->revoked += blocks;
+}
+
+Status TieredStore::DeliverSsdHits(std::span<const Key> keys, const KvLayout& layout,
+                                   const BlockBuffers& dst, std::vector<uint32_t> ssd_hits,
+                                   Clock::time_point t0, Clock::time_point deadline,
+                                   TieredGetResult* r) {
+  const uint64_t obj_bytes = ObjectBytes(layout);
+  // Trim a prefetch larger than the whole pool to its leading part (it could never fit).
+  const uint64_t fit = options_.staging_bytes / obj_bytes;
+  size_t keep = std::min<size_t>(ssd_hits.size(), fit);
+  int64_t soff = -1;
+  const auto w0 = std::chrono::steady_clock::now();
+  if (keep > 0) soff = AcquireStaging(keep * obj_bytes, deadline);
+  r->staging_wait_s = Since(w0);
+  if (soff < 0) keep = 0;
+  const uint32_t revoked = static_cast<uint32_t>(ssd_hits.size() - keep);
+  if (revoked > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    CountRevokedLocked(revoked, r);
+  }
+  if (keep == 0) return Status::OK();
+  ssd_hits.resize(keep);
+  std::vector<int64_t> pinned_buckets;
+  std::vector<SliceRead> slices = PinBucketsOfHits(keys, ssd_hits, obj_bytes, &pinned_buckets);
+  Status st;
+  CoalescePlan plan;
+  if (!slices.empty()) {
+    CoalesceOptions co;
+    co.max_gap = 0;  // merge only objects that are adjacent on disk
+    co.max_io = options_.max_io_bytes;
+    co.alignment = kAlign;
+    st = PlanReads(slices, co, &plan);
+  }
+  // Objects land in the staging region in plan order (object s at s * obj_bytes), so each merged
+  // read (consecutive on disk) is also consecutive in memory.
+  uint8_t* stage = staging_->base() + soff;
+  if (st.ok() && !slices.empty()) {
+    size_t landed = 0;  // slices (in plan order) delivered
+    st = ReadStagedBatches(plan, stage, obj_bytes, deadline, &landed, r);
+    if (st.ok()) {
+      for (size_t s = 0; s < landed; ++s) {
+        const uint32_t ki = plan.slices[s].layer;
+        CopyBlockOut(stage + s * obj_bytes, layout, dst, ki);
+        r->found[ki] = 1;
+        r->ssd_hits++;
+      }
+      r->bytes_from_ssd = uint64_t{r->ssd_hits} * layout.block_bytes();
+      const uint32_t late = static_cast<uint32_t>(plan.slices.size() - landed);
+      if (late > 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        CountRevokedLocked(late, r);
+      }
+      plan.slices.resize(landed);  // only delivered objects are promoted
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int64_t id : pinned_buckets) {
+      if (Bucket* b = FindBucketLocked(id)) b->pins--;
+    }
+    stats_.ssd.read_bytes += r->ssd_bytes_read;
+    stats_.ssd.delivered_bytes += r->bytes_from_ssd;
+    if (!st.ok()) stats_.io_errors++;
+  }
+  r->deliver_s = Since(t0);
+  // Promote the delivered objects into DRAM (they become the most recently used). Like the
+  // store's load-back of an offloaded object, a promotion reads it from SSD again.
+  if (st.ok() && options_.promote_on_hit && options_.promotion_rereads && !plan.slices.empty()) {
+    st = RereadForPromotion(plan, stage, obj_bytes);
+  }
+  if (st.ok() && options_.promote_on_hit) PromoteToDram(keys, plan, stage, obj_bytes);
+  ReleaseStaging(static_cast<uint64_t>(soff), keep * obj_bytes);
+  if (!st.ok()) return st.WithContext("tiered get");
+  return Status::OK();
+}
+
+std::vector<SliceRead> TieredStore::PinBucketsOfHits(std::span<const Key> keys,
+                                                     std::span<const uint32_t> ssd_hits,
+                                                     uint64_t obj_bytes,
+                                                     std::vector<int64_t>* pinned_buckets) {
+  // Pin the buckets now (not while waiting for staging, so a long wait never blocks the ring);
+  // an object whose bucket was dropped meanwhile is a miss.
+  std::vector<SliceRead> slices;
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t fb = ssd_->file_bytes();
+  for (uint32_t i : ssd_hits) {
+    auto it = objects_.find(keys[i]);
+    if (it == objects_.end() || it->second.bucket < 0) continue;
+    Bucket* b = FindBucketLocked(it->second.bucket);
+    if (b == nullptr) continue;
+    b->pins++;
+    pinned_buckets->push_back(it->second.bucket);
+    const uint64_t off = it->second.ssd_off;
+    // `layer` carries the key index through the planner's sort.
+    slices.push_back(SliceRead{static_cast<uint32_t>(off / fb), off % fb, obj_bytes, nullptr, i});
+  }
+  return slices;
+}
+
+Status TieredStore::ReadStagedBatches(const CoalescePlan& plan, uint8_t* stage, uint64_t obj_bytes,
+                                      Clock::time_point deadline, size_t* landed,
+                                      TieredGetResult* r) {
+  std::vector<IoOp> ops;
+  ops.reserve(plan.reads.size());
+  for (const MergedRead& mr : plan.reads) {
+    const SliceRead& first = plan.slices[mr.first_slice];
+    IoOp op;
+    op.opcode = IoOpcode::kRead;
+    op.file = mr.file;
+    op.offset = mr.offset;
+    op.len = mr.len;
+    op.buf = stage + mr.first_slice * obj_bytes + (mr.offset - first.offset);
+    ops.push_back(op);
+  }
+  // Reads go out in batches (HiCache's storage batches); the deadline is checked as each batch
+  // completes. A batch that completes after it is read but not delivered, and the batches after
+  // it are never issued: the prefetch is revoked from there on.
+  const size_t batch = std::max<uint32_t>(1, options_.prefetch_batch_objects);
+  size_t next_op = 0;
+  Status st;
+  while (st.ok() && next_op < ops.size()) {
+    size_t end = next_op, objs = 0;
+    while (end < ops.size() && (objs < batch || end == next_op)) {
+      objs += plan.reads[end].slice_count;
+      ++end;
+    }
+    st = ExecuteSync(*engine_, std::span<const IoOp>(ops.data() + next_op, end - next_op));
+    r->ssd_reads += end - next_op;
+    for (size_t k = next_op; k < end; ++k) r->ssd_bytes_read += ops[k].len;
+    next_op = end;
+    if (!st.ok()) break;
+    if (Clock::now() > deadline) break;
+    *landed = plan.reads[end - 1].first_slice + plan.reads[end - 1].slice_count;
+  }
+  return st;
+}
+
+Status TieredStore::RereadForPromotion(const CoalescePlan& plan, uint8_t* stage,
+                                       uint64_t obj_bytes) {
+  std::vector<IoOp> ops;
+  for (const MergedRead& mr : plan.reads) {
+    if (mr.first_slice >= plan.slices.size()) break;
+    const SliceRead& first = plan.slices[mr.first_slice];
+    IoOp op;
+    op.opcode = IoOpcode::kRead;
+    op.file = mr.file;
+    op.offset = mr.offset;
+    op.len = std::min<uint64_t>(
+        mr.len, (plan.slices.size() - mr.first_slice) * obj_bytes - (mr.offset - first.offset));
+    op.buf = stage + mr.first_slice * obj_bytes + (mr.offset - first.offset);
+    ops.push_back(op);
+  }
+  Status st = ExecuteSync(*engine_, ops);
+  uint64_t bytes = 0;
+  for (const IoOp& op : ops) bytes += op.len;
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.ssd.read_bytes += bytes;
+  stats_.promotion_read_bytes += bytes;
+  return st;
+}
+
+void TieredStore::PromoteToDram(std::span<const Key> keys, const CoalescePlan& plan,
+                                const uint8_t* stage, uint64_t obj_bytes) {
+  for (size_t s = 0; s < plan.slices.size(); ++s) {
+    const uint32_t ki = plan.slices[s].layer;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = objects_.find(keys[ki]);
+      if (it == objects_.end() || it->second.dram_off >= 0 || it->second.writing ||
+          it->second.evicting || it->second.promoting) {
+        continue;
+      }
+      it->second.promoting = true;  // stays readable from SSD meanwhile
+    }
+    auto off = AllocateDram(obj_bytes);
+    if (off.ok()) std::memcpy(dram_->base() + *off, stage + s * obj_bytes, obj_bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = objects_.find(keys[ki]);
+    if (it == objects_.end()) {
+      if (off.ok()) dram_->Free(*off, obj_bytes);
+      continue;
+    }
+    Object& obj = it->second;
+    obj.promoting = false;
+    if (!off.ok()) {
+      if (obj.bucket < 0 && obj.dram_off < 0) objects_.erase(it);
+      continue;
+    }
+    obj.dram_off = static_cast<int64_t>(*off);
+    TouchLocked(keys[ki], obj);
+    stats_.dram.written_bytes += obj_bytes;
+    stats_.promotions++;
+  }
 }
 
 TieredStats TieredStore::GetStats() const {

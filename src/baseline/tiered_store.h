@@ -42,6 +42,7 @@
 #include "flatcake/options.h"
 #include "flatcake/status.h"
 #include "flatcake/store.h"
+#include "io/coalesce.h"
 #include "io/io_engine.h"
 #include "media/dram_arena.h"
 #include "media/ssd_file_pool.h"
@@ -190,6 +191,39 @@ class TieredStore {
   // Waits for `bytes` of staging until `deadline`; returns the offset or -1 on timeout.
   int64_t AcquireStaging(uint64_t bytes, std::chrono::steady_clock::time_point deadline);
   void ReleaseStaging(uint64_t off, uint64_t bytes);
+
+  // The steps of Get. Hits: the keys' indices found in DRAM (pinned, with their arena offsets)
+  // and on SSD.
+  struct Hits {
+    std::vector<uint32_t> dram, ssd;
+    std::vector<uint64_t> dram_offs;
+  };
+  Status FindAndPinHits(std::span<const Key> keys, const KvLayout& layout, uint64_t obj_bytes,
+                        Hits* hits);
+  // Copies the DRAM hits out and unpins them.
+  void DeliverDramHits(std::span<const Key> keys, const KvLayout& layout, const BlockBuffers& dst,
+                       const Hits& hits, TieredGetResult* r);
+  // Stages the SSD hits (those that fit the staging pool by `deadline`), reads them in batches
+  // until `deadline`, delivers what landed and promotes it; the rest is revoked.
+  Status DeliverSsdHits(std::span<const Key> keys, const KvLayout& layout, const BlockBuffers& dst,
+                        std::vector<uint32_t> ssd_hits, std::chrono::steady_clock::time_point t0,
+                        std::chrono::steady_clock::time_point deadline, TieredGetResult* r);
+  // Pins the buckets of the SSD hits still on SSD; returns their reads (`layer` = key index).
+  std::vector<SliceRead> PinBucketsOfHits(std::span<const Key> keys,
+                                          std::span<const uint32_t> ssd_hits, uint64_t obj_bytes,
+                                          std::vector<int64_t>* pinned_buckets);
+  // Issues the plan's reads into `stage` batch by batch until `deadline`; *landed: the slices (in
+  // plan order) of the batches that completed in time.
+  Status ReadStagedBatches(const CoalescePlan& plan, uint8_t* stage, uint64_t obj_bytes,
+                           std::chrono::steady_clock::time_point deadline, size_t* landed,
+                           TieredGetResult* r);
+  // Reads the plan's (delivered) objects again, as a promotion does.
+  Status RereadForPromotion(const CoalescePlan& plan, uint8_t* stage, uint64_t obj_bytes);
+  // Copies the plan's staged objects into DRAM, where they are not already.
+  void PromoteToDram(std::span<const Key> keys, const CoalescePlan& plan, const uint8_t* stage,
+                     uint64_t obj_bytes);
+  // REQUIRES mu_. Counts `blocks` revoked from the prefetch `r` (one revocation per prefetch).
+  void CountRevokedLocked(uint32_t blocks, TieredGetResult* r);
 
   const TieredStoreOptions options_;
   std::unique_ptr<DramArena> dram_;

@@ -5,14 +5,11 @@
 #include <cstring>
 #include <thread>
 
-#include "testing/test_util.h"
+#include "util/block_content.h"
+#include "util/temp_dir.h"
 
 namespace flatcake::baseline {
 namespace {
-
-using flatcake::testing::HostBlocks;
-using flatcake::testing::MakeKeys;
-using flatcake::testing::TempDir;
 
 // 4 layers x 2 planes x 2 KiB = 16 KiB per block (4 pages).
 const KvLayout kLayout{4, 2, 2048};

@@ -323,23 +323,42 @@ void RunCell(const IndexBenchOptions& opt, const std::vector<Key>& keys, double 
   }
 }
 
-int RunIndexBench(const IndexBenchOptions& opt) {
+// The option ranges; InvalidArgument names the first one out of range.
+Status CheckIndexBenchOptions(const IndexBenchOptions& opt) {
   if (opt.capacity < 1024 || opt.capacity > (size_t{1} << 30)) {
-    return ReportArgError("bench index",
-                          Status::InvalidArgument("--capacity must be in [1024, 2^30]"));
+    return Status::InvalidArgument("--capacity must be in [1024, 2^30]");
   }
   if (!(opt.hit_ratio >= 0 && opt.hit_ratio <= 1)) {
-    return ReportArgError("bench index", Status::InvalidArgument("--hit-ratio must be in [0, 1]"));
+    return Status::InvalidArgument("--hit-ratio must be in [0, 1]");
   }
   if (opt.rounds < 1 || opt.rounds > 100) {
-    return ReportArgError("bench index", Status::InvalidArgument("--rounds must be in [1, 100]"));
+    return Status::InvalidArgument("--rounds must be in [1, 100]");
   }
   if (opt.batch < 1 || opt.batch > 4096) {
-    return ReportArgError("bench index", Status::InvalidArgument("--batch must be in [1, 4096]"));
+    return Status::InvalidArgument("--batch must be in [1, 4096]");
   }
-  if (!(opt.seconds > 0) && opt.ops == 0) {
-    return ReportArgError("bench index", Status::InvalidArgument("--seconds must be > 0"));
+  if (!(opt.seconds > 0) && opt.ops == 0) return Status::InvalidArgument("--seconds must be > 0");
+  return Status::OK();
+}
+
+// The JSON of every cell of the matrix.
+nlohmann::json CellsJson(const std::vector<CellResult>& cells) {
+  nlohmann::json matrix = nlohmann::json::array();
+  for (const auto& c : cells) {
+    matrix.push_back({{"structure", c.structure},
+                      {"threads", c.threads},
+                      {"load", c.load},
+                      {"insert_mops", c.insert_mops},
+                      {"lookup_mops", c.lookup_mops},
+                      {"round_lookup_mops", c.round_mops},
+                      {"lookups", c.lookups},
+                      {"correct", c.correct}});
   }
+  return matrix;
+}
+
+int RunIndexBench(const IndexBenchOptions& opt) {
+  if (Status st = CheckIndexBenchOptions(opt); !st.ok()) return ReportArgError("bench index", st);
   const size_t capacity = std::bit_ceil(opt.capacity);
   const double loads[] = {0.5, 0.9};
   const int thread_counts[] = {1, 2};
@@ -419,18 +438,7 @@ int RunIndexBench(const IndexBenchOptions& opt) {
     j["mutex_map_insert_mops"] = mutex_map.insert_mops;
     j["tbb_insert_mops"] = tbb.insert_mops;
     j["correct"] = all_correct;
-    nlohmann::json matrix = nlohmann::json::array();
-    for (const auto& c : cells) {
-      matrix.push_back({{"structure", c.structure},
-                        {"threads", c.threads},
-                        {"load", c.load},
-                        {"insert_mops", c.insert_mops},
-                        {"lookup_mops", c.lookup_mops},
-                        {"round_lookup_mops", c.round_mops},
-                        {"lookups", c.lookups},
-                        {"correct", c.correct}});
-    }
-    j["matrix"] = matrix;
+    j["matrix"] = CellsJson(cells);
     std::printf("%s\n", j.dump().c_str());
   }
   if (!all_correct) {

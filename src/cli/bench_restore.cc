@@ -25,8 +25,9 @@
 //    slots. Like raw-slots it assumes the segments lie back to back; every byte is verified.
 // All variants use the same engine kind. Repetitions alternate the order and the table reports
 // medians; ratios are taken within each repetition. --variants runs a subset (for profiling).
+#include "cli/bench_restore.h"
+
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -38,40 +39,19 @@
 #include <ctime>
 #include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/store_flags.h"
 #include "io/restore_reader.h"
 #include "store/flat_store.h"
-#include "store/staging.h"
-#include "testing/test_util.h"
 #include "util/align.h"
+#include "util/aligned_buffer.h"
+#include "util/block_content.h"
+#include "util/temp_dir.h"
 
 namespace flatcake::cli {
 namespace {
-
-struct RestoreArgs {
-  uint32_t layers = 32;
-  uint32_t planes = 2;
-  uint64_t slice_bytes = 16 * kKiB;
-  uint64_t bytes = 2 * kGiB;
-  uint32_t turns = 16;
-  uint32_t other_sessions = 3;
-  uint32_t reps = 3;
-  std::string dir;
-  IoEngineKind io_engine = IoEngineKind::kAuto;
-  uint32_t io_workers = 2;
-  uint32_t queue_depth = 64;
-  uint64_t window = 128 * kMiB;
-  uint64_t max_io = 4 * kMiB;
-  bool json = false;
-  bool no_verify = false;
-  std::string dest_pages = "thp";
-  std::string variants = "raw-seq,flat,scattered,scattered-object,raw-slots,raw-window,flat-direct";
-};
 
 // The size flags, which take units and so are checked here rather than by CLI11 (the counts carry
 // CLI::Range checks on their options).
@@ -107,67 +87,33 @@ double CpuMs() {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-struct Run {
-  double ms = 0;
-  double cpu_ms = 0;  // process CPU time over the same interval
-  double first_layer_ms = 0;
-  uint64_t reads = 0;
-  uint64_t reads_in_place = 0;  // store restores: reads that landed in the destination, not staged
-  uint64_t bytes = 0;           // bytes delivered
-  double gbps() const { return ms > 0 ? bytes / (ms * 1e6) : 0; }
-};
+// Host memory for the restore destinations and the raw-read buffer: 2 MiB-aligned and advised
+// for transparent huge pages when `huge` (a serving engine's host KV pool is huge-page backed, as
+// the paper's is), else for small pages; faulted in before any timing. With 4 KiB pages a restore
+// that scatters 16 KiB slices over a multi-GiB pool spends much of its copy time on TLB misses;
+// `--dest-pages 4k` measures that case.
+Result<AlignedBuffer> AllocateHostMemory(uint64_t bytes, bool huge) {
+  return AlignedBuffer::Allocate(
+      bytes, {.alignment = AlignedBuffer::kHugePageBytes,
+              .backing = huge ? PageBacking::kTransparentHuge : PageBacking::kSmallPages,
+              .prefault = true});
+}
 
-// Host memory for the restore destinations and the raw-read buffer: one anonymous mapping,
-// 2 MiB-aligned and advised for transparent huge pages when `huge` (a serving engine's host KV
-// pool is huge-page backed, as the paper's is), faulted in before any timing. With 4 KiB pages a
-// restore that scatters 16 KiB slices over a multi-GiB pool spends much of its copy time on TLB
-// misses; `--dest-pages 4k` measures that case.
-class HostMemory {
- public:
-  static constexpr uint64_t kHuge = 2ull << 20;
-  HostMemory(uint64_t bytes, bool huge) : map_bytes_(bytes + kHuge) {
-    void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return;
-    map_ = static_cast<uint8_t*>(p);
-    data_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(map_) + kHuge - 1) &
-                                       ~uintptr_t{kHuge - 1});
-    madvise(data_, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-    std::memset(data_, 0, bytes);
-  }
-  ~HostMemory() {
-    if (map_) munmap(map_, map_bytes_);
-  }
-  HostMemory(const HostMemory&) = delete;
-  HostMemory& operator=(const HostMemory&) = delete;
-  uint8_t* data() const { return data_; }
-
- private:
-  const uint64_t map_bytes_;
-  uint8_t* map_ = nullptr;
-  uint8_t* data_ = nullptr;
-};
-
-// The restore destination, block-contiguous like testing::HostBlocks but in one aligned host
+// The restore destination, block-contiguous like HostBlocks but in one aligned host
 // allocation (as a serving engine's KV pool is), so reads can land in place.
 struct AlignedBlocks {
-  AlignedBlocks(const KvLayout& l, size_t n, bool huge)
-      : bytes(l.block_bytes() * n), mem(bytes, huge), ptrs(n) {
-    if (mem.data() == nullptr) return;
+  AlignedBlocks(const KvLayout& l, size_t n, AlignedBuffer memory)
+      : mem(std::move(memory)), ptrs(n) {
     for (size_t i = 0; i < n; ++i) ptrs[i] = mem.data() + i * l.block_bytes();
   }
   BlockBuffers buffers() const { return BlockBuffers{BufferKind::kBlockContiguous, ptrs}; }
   uint8_t* block(size_t i) { return static_cast<uint8_t*>(ptrs[i]); }
   uint8_t* data() { return mem.data(); }
+  uint64_t bytes() const { return mem.size(); }
 
-  const uint64_t bytes;
-  HostMemory mem;
+  AlignedBuffer mem;
   std::vector<void*> ptrs;
 };
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 class RestoreBench {
  public:
@@ -180,9 +126,9 @@ class RestoreBench {
   Status Setup();
   Status WriteEvictionOrdered();
   // The flat copy's bytes into one buffer; with `budget` > 0, at most that many bytes in flight.
-  Result<Run> Raw(uint64_t budget);
-  Result<Run> RawSlots();
-  Result<Run> FlatDirect();
+  Result<RestoreRun> Raw(uint64_t budget);
+  Result<RestoreRun> RawSlots();
+  Result<RestoreRun> FlatDirect();
   // Whether the flat copy lies back to back from offset 0 of the first pool file, each turn one
   // layer-major segment, as raw-slots and flat-direct assume (Unsupported otherwise).
   Status CheckBackToBack() const;
@@ -190,22 +136,27 @@ class RestoreBench {
   // (l, p) under that assumption.
   uint64_t FileSlice(uint64_t b, uint32_t l, uint32_t p) const;
   // The raw buffer (the flat copy's bytes, padding included), allocated on first use.
-  Result<HostMemory*> RawBuffer();
+  Result<AlignedBuffer*> RawBuffer();
   // Reads the first `total` pool bytes in max-I/O sequential pieces, file by file, timed;
   // `target` points each op at its destination (op.len and file offset already set). `budget` >
   // 0 bounds the bytes in flight (ExecuteSyncBounded); 0 submits every read at once.
-  Result<Run> SequentialReads(uint64_t total, const std::function<void(IoOp&, uint64_t)>& target,
-                              uint64_t budget = 0);
+  Result<RestoreRun> SequentialReads(uint64_t total,
+                                     const std::function<void(IoOp&, uint64_t)>& target,
+                                     uint64_t budget = 0);
   // Store::Get of the whole session into `dst`, timed, with its first layer's time.
-  Result<Run> TimedGet(const BlockBuffers& dst);
-  Result<Run> Flat();
-  Result<Run> Scattered(bool by_object);
+  Result<RestoreRun> TimedGet(const BlockBuffers& dst);
+  Result<RestoreRun> Flat();
+  Result<RestoreRun> Scattered(bool by_object);
   void Verify(uint64_t* mismatches);
+  Result<RestoreRun> RunVariant(int v);
+  // Runs the wanted variants a_.reps times; a variant whose layout assumption fails is dropped
+  // from `want`.
+  Status RunRepetitions(bool (&want)[kRestoreVariants], RestoreResults* res);
 
   const RestoreArgs a_;
   const KvLayout layout_;
   uint64_t blocks_ = 0;
-  std::unique_ptr<testing::TempDir> tmp_;
+  std::unique_ptr<TempDir> tmp_;
   std::string dir_;
   std::unique_ptr<FlatStore> store_;
   std::vector<Key> keys_;
@@ -219,7 +170,7 @@ class RestoreBench {
   std::unique_ptr<IoEngine> bucket_engine_;
   std::unique_ptr<RestoreReader> bucket_reader_;
   uint64_t verified_ = 0, mismatches_ = 0, raw_slots_mismatches_ = 0;
-  std::unique_ptr<HostMemory> raw_buf_;
+  AlignedBuffer raw_buf_;
 
  public:
   ~RestoreBench() {
@@ -245,7 +196,7 @@ Status RestoreBench::Setup() {
   blocks_ = SessionBlocks(a_, block);
   dir_ = a_.dir;
   if (dir_.empty()) {
-    tmp_ = std::make_unique<testing::TempDir>("flatcake-restore");
+    tmp_ = std::make_unique<TempDir>("flatcake-restore");
     dir_ = tmp_->path();
   }
   StoreOptions o;
@@ -272,13 +223,15 @@ Status RestoreBench::Setup() {
   o.low_watermark = 1.0;
   FC_ASSIGN_OR_RETURN(store_, FlatStore::OpenWithEngine(o, nullptr));
 
-  keys_ = testing::MakeKeys(7, 0, blocks_);
-  dst_owner_ = std::make_unique<AlignedBlocks>(layout_, blocks_, huge_pages_);
-  if (dst_owner_->data() == nullptr) return Status::NoSpace("restore destination buffer");
+  keys_ = MakeKeys(7, 0, blocks_);
+  Result<AlignedBuffer> dst_memory =
+      AllocateHostMemory(layout_.block_bytes() * blocks_, huge_pages_);
+  if (!dst_memory.ok()) return Status::NoSpace("restore destination buffer");
+  dst_owner_ = std::make_unique<AlignedBlocks>(layout_, blocks_, std::move(dst_memory).value());
   dst_ = dst_owner_.get();
   // Flat copy: one Put per turn, chained, so the session is one scope of `turns` segments.
   const uint64_t per_turn = blocks_ / a_.turns;
-  testing::HostBlocks src(layout_, per_turn);
+  HostBlocks src(layout_, per_turn);
   for (uint32_t t = 0; t < a_.turns; ++t) {
     std::vector<Key> turn_keys(keys_.begin() + t * per_turn, keys_.begin() + (t + 1) * per_turn);
     src.Fill(turn_keys);
@@ -320,11 +273,11 @@ Status RestoreBench::WriteEvictionOrdered() {
   ro.coalesce.max_io = store_->options().max_io_bytes;
   FC_ASSIGN_OR_RETURN(bucket_reader_, RestoreReader::Create(*bucket_engine_, ro));
   // Objects in eviction order: this session's block i, then the other sessions' block i.
-  StagingBuffer obj(block);
+  FC_ASSIGN_OR_RETURN(AlignedBuffer obj, AlignedBuffer::Allocate(block));
   std::vector<IoOp> ops;
   for (uint64_t i = 0; i < blocks_; ++i) {
     object_at_.emplace_back(static_cast<uint32_t>(i / per_bucket), (i % per_bucket) * stride);
-    testing::FillBlock(keys_[i], obj.data(), block);
+    FillBlock(keys_[i], obj.data(), block);
     IoOp op;
     op.opcode = IoOpcode::kWrite;
     op.file = object_at_.back().first;
@@ -339,29 +292,31 @@ Status RestoreBench::WriteEvictionOrdered() {
 void RestoreBench::Verify(uint64_t* mismatches) {
   std::vector<uint8_t> want(layout_.block_bytes());
   for (uint64_t i = 0; i < blocks_; ++i) {
-    testing::FillBlock(keys_[i], want.data(), want.size());
+    FillBlock(keys_[i], want.data(), want.size());
     if (std::memcmp(want.data(), dst_->block(i), want.size()) != 0) ++*mismatches;
     verified_ += want.size();
   }
-  std::memset(dst_->data(), 0, dst_->bytes);
+  std::memset(dst_->data(), 0, dst_->bytes());
 }
 
-Result<Run> RestoreBench::Raw(uint64_t budget) {
+Result<RestoreRun> RestoreBench::Raw(uint64_t budget) {
   // The flat copy's bytes, read file after file in max-I/O sequential pieces straight into an
   // aligned buffer (no scatter: this is the disk's limit, not a restore).
   const uint64_t total = store_->GetStats().ssd.written_bytes;  // the segments, padding included
-  FC_ASSIGN_OR_RETURN(HostMemory * raw, RawBuffer());
-  HostMemory& buf = *raw;
+  FC_ASSIGN_OR_RETURN(AlignedBuffer * raw, RawBuffer());
+  AlignedBuffer& buf = *raw;
   return SequentialReads(
       total, [&](IoOp& op, uint64_t pos) { op.buf = buf.data() + pos; }, budget);
 }
 
-Result<HostMemory*> RestoreBench::RawBuffer() {
-  if (!raw_buf_) {
-    raw_buf_ = std::make_unique<HostMemory>(store_->GetStats().ssd.written_bytes, huge_pages_);
-    if (!raw_buf_->data()) return Status::NoSpace("raw read buffer");
+Result<AlignedBuffer*> RestoreBench::RawBuffer() {
+  if (raw_buf_.empty()) {
+    Result<AlignedBuffer> mem =
+        AllocateHostMemory(store_->GetStats().ssd.written_bytes, huge_pages_);
+    if (!mem.ok()) return Status::NoSpace("raw read buffer");
+    raw_buf_ = std::move(mem).value();
   }
-  return raw_buf_.get();
+  return &raw_buf_;
 }
 
 Status RestoreBench::CheckBackToBack() const {
@@ -388,9 +343,9 @@ uint64_t RestoreBench::FileSlice(uint64_t b, uint32_t l, uint32_t p) const {
          (uint64_t{l} * layout_.num_planes + p) * per_seg + b % per_seg;
 }
 
-Result<Run> RestoreBench::SequentialReads(uint64_t total,
-                                          const std::function<void(IoOp&, uint64_t)>& target,
-                                          uint64_t budget) {
+Result<RestoreRun> RestoreBench::SequentialReads(uint64_t total,
+                                                 const std::function<void(IoOp&, uint64_t)>& target,
+                                                 uint64_t budget) {
   const uint64_t fb = store_->options().ssd_file_bytes;
   const uint64_t chunk = store_->options().max_io_bytes;
   std::vector<IoOp> ops;
@@ -407,7 +362,7 @@ Result<Run> RestoreBench::SequentialReads(uint64_t total,
   auto t0 = Clock::now();
   FC_RETURN_IF_ERROR(budget > 0 ? ExecuteSyncBounded(store_->engine(), ops, budget)
                                 : ExecuteSync(store_->engine(), ops));
-  Run r;
+  RestoreRun r;
   r.ms = Ms(t0, Clock::now());
   r.cpu_ms = CpuMs() - c0;
   r.first_layer_ms = r.ms;
@@ -416,7 +371,7 @@ Result<Run> RestoreBench::SequentialReads(uint64_t total,
   return r;
 }
 
-Result<Run> RestoreBench::RawSlots() {
+Result<RestoreRun> RestoreBench::RawSlots() {
   // The same sequential reads as Raw, but each lands slice by slice in the destination blocks
   // (one iovec per slice), assuming segments lie back to back in layer-major order.
   if (Status st = CheckBackToBack(); !st.ok()) return st.WithContext("raw-slots");
@@ -431,7 +386,7 @@ Result<Run> RestoreBench::RawSlots() {
       }
     }
   }
-  FC_ASSIGN_OR_RETURN(Run r, SequentialReads(total, [&](IoOp& op, uint64_t pos) {
+  FC_ASSIGN_OR_RETURN(RestoreRun r, SequentialReads(total, [&](IoOp& op, uint64_t pos) {
                         op.iov = &iov[pos / s];
                         op.iovcnt = static_cast<uint32_t>(op.len / s);
                         op.buf = op.iov->iov_base;
@@ -440,9 +395,9 @@ Result<Run> RestoreBench::RawSlots() {
   return r;
 }
 
-Result<Run> RestoreBench::FlatDirect() {
+Result<RestoreRun> RestoreBench::FlatDirect() {
   if (Status st = CheckBackToBack(); !st.ok()) return st.WithContext("flat-direct");
-  FC_ASSIGN_OR_RETURN(HostMemory * raw, RawBuffer());
+  FC_ASSIGN_OR_RETURN(AlignedBuffer * raw, RawBuffer());
   const uint64_t s = layout_.slice_bytes;
   const uint32_t layers = layout_.num_layers, planes = layout_.num_planes;
   std::vector<void*> ptrs(blocks_ * layers * planes);
@@ -457,10 +412,10 @@ Result<Run> RestoreBench::FlatDirect() {
   // would verify.
   std::memset(raw->data(), 0, blocks_ * layout_.block_bytes());
   const BlockBuffers dst{BufferKind::kSlicePointers, ptrs};
-  FC_ASSIGN_OR_RETURN(Run r, TimedGet(dst));
+  FC_ASSIGN_OR_RETURN(RestoreRun r, TimedGet(dst));
   std::vector<uint8_t> want(layout_.block_bytes());
   for (uint64_t b = 0; b < blocks_; ++b) {
-    testing::FillBlock(keys_[b], want.data(), want.size());
+    FillBlock(keys_[b], want.data(), want.size());
     bool same = true;
     for (uint32_t l = 0; l < layers; ++l) {
       for (uint32_t p = 0; p < planes; ++p) {
@@ -475,7 +430,7 @@ Result<Run> RestoreBench::FlatDirect() {
   return r;
 }
 
-Result<Run> RestoreBench::TimedGet(const BlockBuffers& dst) {
+Result<RestoreRun> RestoreBench::TimedGet(const BlockBuffers& dst) {
   const double c0 = CpuMs();
   Clock::time_point t0 = Clock::now(), first;
   RestoreOptions go;
@@ -483,7 +438,7 @@ Result<Run> RestoreBench::TimedGet(const BlockBuffers& dst) {
     if (layer == 0) first = Clock::now();
   };
   FC_ASSIGN_OR_RETURN(GetResult g, store_->Get(keys_, layout_, dst, go));
-  Run r;
+  RestoreRun r;
   r.ms = Ms(t0, Clock::now());
   r.cpu_ms = CpuMs() - c0;
   r.first_layer_ms = Ms(t0, first);
@@ -494,13 +449,13 @@ Result<Run> RestoreBench::TimedGet(const BlockBuffers& dst) {
   return r;
 }
 
-Result<Run> RestoreBench::Flat() {
-  FC_ASSIGN_OR_RETURN(Run r, TimedGet(dst_->buffers()));
+Result<RestoreRun> RestoreBench::Flat() {
+  FC_ASSIGN_OR_RETURN(RestoreRun r, TimedGet(dst_->buffers()));
   Verify(&mismatches_);
   return r;
 }
 
-Result<Run> RestoreBench::Scattered(bool by_object) {
+Result<RestoreRun> RestoreBench::Scattered(bool by_object) {
   // Object by object: one restore of whole objects. Layer by layer: one restore per layer, all
   // queued at once (the reader pipelines them in order), each reading every block's slices of
   // that layer; within an object a layer's planes are adjacent, so each block costs one small
@@ -536,7 +491,7 @@ Result<Run> RestoreBench::Scattered(bool by_object) {
     FC_ASSIGN_OR_RETURN(auto h, bucket_reader_->Start(slices[g], 1, std::move(cb)));
     handles.push_back(std::move(h));
   }
-  Run r;
+  RestoreRun r;
   for (auto& h : handles) {
     FC_RETURN_IF_ERROR(h->Wait());
     r.reads += h->stats().reads_issued;
@@ -550,40 +505,83 @@ Result<Run> RestoreBench::Scattered(bool by_object) {
   return r;
 }
 
-int RestoreBench::Main() {
-  constexpr int kVariants = 7;
-  const char* names[kVariants] = {"raw-seq",   "flat",       "scattered",  "scattered-object",
-                                  "raw-slots", "raw-window", "flat-direct"};
-  bool want[kVariants] = {};
-  for (size_t pos = 0; pos <= a_.variants.size();) {
-    const size_t comma = std::min(a_.variants.find(',', pos), a_.variants.size());
-    const std::string name = a_.variants.substr(pos, comma - pos);
+// Parses --variants: a comma-separated subset of kRestoreVariantNames.
+Status ParseVariants(const std::string& list, bool (&want)[kRestoreVariants]) {
+  for (size_t pos = 0; pos <= list.size();) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    const std::string name = list.substr(pos, comma - pos);
     pos = comma + 1;
-    const auto it = std::find(std::begin(names), std::end(names), name);
-    if (it == std::end(names)) {
-      return ReportArgError(
-          "bench restore", Status::InvalidArgument("unknown variant '" + name + "' in --variants"));
+    const auto it =
+        std::find(std::begin(kRestoreVariantNames), std::end(kRestoreVariantNames), name);
+    if (it == std::end(kRestoreVariantNames)) {
+      return Status::InvalidArgument("unknown variant '" + name + "' in --variants");
     }
-    want[it - std::begin(names)] = true;
+    want[it - std::begin(kRestoreVariantNames)] = true;
   }
-  // Host memory: the destination (at least one block per turn) and, for raw-seq, raw-window and
-  // flat-direct, a buffer of the same size, both faulted in; refuse up front rather than be killed
-  // by the OOM killer.
-  const bool raw_buffer = want[0] || want[5] || want[6];
-  {
-    const uint64_t block = layout_.block_bytes();
-    const uint64_t need = SessionBlocks(a_, block) * block * (raw_buffer ? 2 : 1);
-    const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
-                          static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-    if (need > phys / 4 * 3) {
-      return ReportArgError(
-          "bench restore",
-          Status::InvalidArgument(
-              "the session (--bytes, at least --turns blocks) needs " + std::to_string(need >> 20) +
-              " MiB of host memory for the restore destination" +
-              (raw_buffer ? " and raw buffer" : "") + ", more than 3/4 of this machine's " +
-              std::to_string(phys >> 20) + " MiB"));
+  return Status::OK();
+}
+
+// Host memory: the destination (at least one block per turn) and, for raw-seq, raw-window and
+// flat-direct, a buffer of the same size, both faulted in; refuse up front rather than be killed
+// by the OOM killer.
+Status CheckHostMemory(const RestoreArgs& a, const KvLayout& layout,
+                       const bool (&want)[kRestoreVariants]) {
+  const bool raw_buffer = want[kRawSeq] || want[kRawWindow] || want[kFlatDirect];
+  const uint64_t block = layout.block_bytes();
+  const uint64_t need = SessionBlocks(a, block) * block * (raw_buffer ? 2 : 1);
+  const uint64_t phys =
+      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (need > phys / 4 * 3) {
+    return Status::InvalidArgument(
+        "the session (--bytes, at least --turns blocks) needs " + std::to_string(need >> 20) +
+        " MiB of host memory for the restore destination" + (raw_buffer ? " and raw buffer" : "") +
+        ", more than 3/4 of this machine's " + std::to_string(phys >> 20) + " MiB");
+  }
+  return Status::OK();
+}
+
+Result<RestoreRun> RestoreBench::RunVariant(int v) {
+  switch (v) {
+    case kRawSeq: return Raw(0);
+    case kFlat: return Flat();
+    case kScattered: return Scattered(false);
+    case kScatteredObject: return Scattered(true);
+    case kRawSlots: return RawSlots();
+    case kRawWindow: return Raw(a_.window);
+    default: return FlatDirect();
+  }
+}
+
+Status RestoreBench::RunRepetitions(bool (&want)[kRestoreVariants], RestoreResults* res) {
+  for (uint32_t rep = 0; rep < a_.reps; ++rep) {
+    RestoreRun r[kRestoreVariants];
+    for (int k = 0; k < kRestoreVariants; ++k) {
+      // Alternate the order between repetitions.
+      const int v = rep % 2 ? kRestoreVariants - 1 - k : k;
+      if (!want[v]) continue;
+      Result<RestoreRun> got = RunVariant(v);
+      if ((v == kRawSlots || v == kFlatDirect) &&
+          got.status().code() == StatusCode::kUnsupported) {  // layout not as assumed: skip
+        std::fprintf(stderr, "%s\n", got.status().ToString().c_str());
+        want[v] = false;
+        continue;
+      }
+      if (!got.ok()) return got.status();
+      r[v] = *got;
+      res->runs[v].push_back(*got);
     }
+    res->ratios.Add(r, want);
+  }
+  return Status::OK();
+}
+
+int RestoreBench::Main() {
+  bool want[kRestoreVariants] = {};
+  if (Status st = ParseVariants(a_.variants, want); !st.ok()) {
+    return ReportArgError("bench restore", st);
+  }
+  if (Status st = CheckHostMemory(a_, layout_, want); !st.ok()) {
+    return ReportArgError("bench restore", st);
   }
   // A flag the store rejects (engine, queue depth, window) is still a bad argument.
   if (Status st = Setup(); !st.ok()) return ReportOpenError("bench restore", st);
@@ -593,170 +591,16 @@ int RestoreBench::Main() {
   // runs each way on this project's VM; the copy into a destination not touched for a while is
   // slower). Allocating the destination after the copies instead, so that faulting it in was the
   // fresh write, did not do it: 33-38 ms.
-  std::memset(dst_->data(), 0, dst_->bytes);
-  std::vector<Run> runs[kVariants];
-  std::vector<double> flat_vs_raw, flat_vs_scattered, flat_vs_raw_slots, raw_slots_vs_raw,
-      flat_vs_raw_window, raw_window_vs_raw, flat_direct_vs_raw, flat_vs_flat_direct,
-      flat_direct_vs_scattered;
-  // raw / scattered bounds flat / scattered from above: flat reads the same bytes as raw and
-  // cannot beat the disk's sequential limit, so this is the best flat / scattered this disk allows.
-  std::vector<double> raw_vs_scattered;
-  for (uint32_t rep = 0; rep < a_.reps; ++rep) {
-    Run r[kVariants];
-    for (int k = 0; k < kVariants; ++k) {
-      const int v = rep % 2 ? kVariants - 1 - k : k;  // alternate the order between repetitions
-      if (!want[v]) continue;
-      Result<Run> got = v == 0   ? Raw(0)
-                        : v == 1 ? Flat()
-                        : v == 2 ? Scattered(false)
-                        : v == 3 ? Scattered(true)
-                        : v == 4 ? RawSlots()
-                        : v == 5 ? Raw(a_.window)
-                                 : FlatDirect();
-      if ((v == 4 || v == 6) &&
-          got.status().code() == StatusCode::kUnsupported) {  // layout not as assumed: skip
-        std::fprintf(stderr, "%s\n", got.status().ToString().c_str());
-        want[v] = false;
-        continue;
-      }
-      if (!got.ok()) return ReportStatus("bench restore", got.status());
-      r[v] = *got;
-      runs[v].push_back(*got);
-    }
-    auto ratio = [&](int a, int b, std::vector<double>* out) {
-      if (want[a] && want[b] && r[b].gbps() > 0) out->push_back(r[a].gbps() / r[b].gbps());
-    };
-    ratio(1, 0, &flat_vs_raw);
-    ratio(1, 2, &flat_vs_scattered);
-    ratio(1, 4, &flat_vs_raw_slots);
-    ratio(4, 0, &raw_slots_vs_raw);
-    ratio(0, 2, &raw_vs_scattered);
-    ratio(1, 5, &flat_vs_raw_window);
-    ratio(5, 0, &raw_window_vs_raw);
-    ratio(6, 0, &flat_direct_vs_raw);
-    ratio(1, 6, &flat_vs_flat_direct);
-    ratio(6, 2, &flat_direct_vs_scattered);
-  }
-  // Figures of a variant that did not run (or a ratio missing one of its variants) are absent,
-  // not 0: JSON null, "n/a" in the table, so a subset run never reads as a missed target.
-  auto ran = [&](int v) { return !runs[v].empty(); };
-  auto med = [&](int v, auto f) -> std::optional<double> {
-    if (!ran(v)) return std::nullopt;
-    std::vector<double> x;
-    for (const Run& r : runs[v]) x.push_back(f(r));
-    return Median(x);
-  };
-  auto ratio_med = [](const std::vector<double>& v) -> std::optional<double> {
-    if (v.empty()) return std::nullopt;
-    return Median(v);
-  };
-  auto reads = [&](int v) -> std::optional<uint64_t> {
-    if (!ran(v)) return std::nullopt;
-    return runs[v].front().reads;
-  };
-  auto in_place = [&](int v) -> std::optional<uint64_t> {
-    if (!ran(v)) return std::nullopt;
-    return runs[v].front().reads_in_place;
-  };
-  auto js = [](const auto& x) -> nlohmann::json {
-    return x ? nlohmann::json(*x) : nlohmann::json(nullptr);
-  };
-  auto txt = [](std::optional<double> x, const char* fmt) {
-    if (!x) return std::string("n/a");
-    char buf[64];
-    std::snprintf(buf, sizeof buf, fmt, *x);
-    return std::string(buf);
-  };
-  auto gbps = [](const Run& r) { return r.gbps(); };
-  auto first = [](const Run& r) { return r.first_layer_ms; };
-  auto total = [](const Run& r) { return r.ms; };
-  // CPU-seconds per second over the timed interval (2.0 = both cores of this machine busy).
-  auto cpu = [](const Run& r) { return r.ms > 0 ? r.cpu_ms / r.ms : 0; };
-  const uint64_t seg_layers = uint64_t{a_.turns} * a_.layers;
-  std::printf(
-      "restore: %lu blocks of %s = %.2f GiB, %u turns (segments), engine %s, %u "
-      "workers, window %lu MiB, destination pages %s, %u reps (medians)\n",
-      static_cast<unsigned long>(blocks_), layout_.ToString().c_str(),
-      static_cast<double>(blocks_ * layout_.block_bytes()) / kGiB, a_.turns,
-      store_->GetInfo().io_engine.c_str(), a_.io_workers,
-      static_cast<unsigned long>(a_.window / kMiB), a_.dest_pages.c_str(), a_.reps);
-  std::printf("%-17s %9s %10s %15s %10s %6s\n", "variant", "GB/s", "total ms", "first layer ms",
-              "reads", "cpu%");
-  for (int v = 0; v < kVariants; ++v) {
-    if (!ran(v)) continue;
-    std::printf("%-17s %9.3f %10.1f %15.1f %10lu %6.0f\n", names[v], *med(v, gbps), *med(v, total),
-                *med(v, first), static_cast<unsigned long>(*reads(v)), 100 * *med(v, cpu));
-  }
-  std::printf(
-      "flat / raw = %s, flat / scattered = %s, flat / raw-slots = %s, raw-slots / raw = "
-      "%s (medians of per-repetition ratios; n/a: a variant did not run); segments x layers = "
-      "%lu\n",
-      txt(ratio_med(flat_vs_raw), "%.3f").c_str(),
-      txt(ratio_med(flat_vs_scattered), "%.2f").c_str(),
-      txt(ratio_med(flat_vs_raw_slots), "%.3f").c_str(),
-      txt(ratio_med(raw_slots_vs_raw), "%.3f").c_str(), static_cast<unsigned long>(seg_layers));
-  std::printf("raw / scattered = %s (the ceiling of flat / scattered on this disk)\n",
-              txt(ratio_med(raw_vs_scattered), "%.2f").c_str());
-  std::printf(
-      "flat / raw-window = %s (the restore path's cost at its %lu MiB read budget), raw-window / "
-      "raw = %s (the budget's cost on this disk)\n",
-      txt(ratio_med(flat_vs_raw_window), "%.3f").c_str(),
-      static_cast<unsigned long>(a_.window / kMiB),
-      txt(ratio_med(raw_window_vs_raw), "%.3f").c_str());
-  std::printf(
-      "flat-direct / raw = %s (the same restore into a destination laid out like the file: %s "
-      "of its reads in place), flat-direct / scattered = %s, flat / flat-direct = %s (the cost of "
-      "scattering into block-contiguous slots)\n",
-      txt(ratio_med(flat_direct_vs_raw), "%.3f").c_str(),
-      ran(6) ? (std::to_string(*in_place(6)) + " of " + std::to_string(*reads(6))).c_str() : "n/a",
-      txt(ratio_med(flat_direct_vs_scattered), "%.2f").c_str(),
-      txt(ratio_med(flat_vs_flat_direct), "%.3f").c_str());
-  std::printf("bytes verified %lu, mismatches %lu (raw-slots layout mismatches %lu)\n",
-              static_cast<unsigned long>(verified_), static_cast<unsigned long>(mismatches_),
-              static_cast<unsigned long>(raw_slots_mismatches_));
-  if (a_.json) {
-    nlohmann::json j = {{"bench", "restore"},
-                        {"blocks", blocks_},
-                        {"block_bytes", layout_.block_bytes()},
-                        {"raw_seq_gbps", js(med(0, gbps))},
-                        {"flat_gbps", js(med(1, gbps))},
-                        {"scattered_gbps", js(med(2, gbps))},
-                        {"scattered_object_gbps", js(med(3, gbps))},
-                        {"flat_vs_raw", js(ratio_med(flat_vs_raw))},
-                        {"flat_vs_scattered", js(ratio_med(flat_vs_scattered))},
-                        {"raw_vs_scattered", js(ratio_med(raw_vs_scattered))},
-                        {"raw_slots_gbps", js(med(4, gbps))},
-                        {"flat_vs_raw_slots", js(ratio_med(flat_vs_raw_slots))},
-                        {"raw_slots_vs_raw", js(ratio_med(raw_slots_vs_raw))},
-                        {"raw_window_gbps", js(med(5, gbps))},
-                        {"flat_vs_raw_window", js(ratio_med(flat_vs_raw_window))},
-                        {"raw_window_vs_raw", js(ratio_med(raw_window_vs_raw))},
-                        {"flat_direct_gbps", js(med(6, gbps))},
-                        {"flat_direct_vs_raw", js(ratio_med(flat_direct_vs_raw))},
-                        {"flat_vs_flat_direct", js(ratio_med(flat_vs_flat_direct))},
-                        {"flat_direct_vs_scattered", js(ratio_med(flat_direct_vs_scattered))},
-                        {"reads_issued_flat_direct", js(reads(6))},
-                        {"reads_in_place_flat", js(in_place(1))},
-                        {"reads_in_place_flat_direct", js(in_place(6))},
-                        {"first_layer_ms_flat_direct", js(med(6, first))},
-                        {"window_bytes", a_.window},
-                        {"reads_issued_raw", js(reads(0))},
-                        {"reads_issued_flat", js(reads(1))},
-                        {"reads_issued_scattered", js(reads(2))},
-                        {"reads_issued_scattered_object", js(reads(3))},
-                        {"segments_x_layers", seg_layers},
-                        {"first_layer_ms_flat", js(med(1, first))},
-                        {"raw_seq_cpu_util", js(med(0, cpu))},
-                        {"flat_cpu_util", js(med(1, cpu))},
-                        {"first_layer_ms_scattered", js(med(2, first))},
-                        {"first_layer_ms_scattered_object", js(med(3, first))},
-                        {"bytes_verified", verified_},
-                        {"mismatches", mismatches_},
-                        {"raw_slots_mismatches", raw_slots_mismatches_},
-                        {"verify_checksums", !a_.no_verify},
-                        {"dest_pages", a_.dest_pages}};
-    std::printf("%s\n", j.dump().c_str());
-  }
+  std::memset(dst_->data(), 0, dst_->bytes());
+  RestoreResults res;
+  if (Status st = RunRepetitions(want, &res); !st.ok()) return ReportStatus("bench restore", st);
+  res.layout = layout_;
+  res.blocks = blocks_;
+  res.io_engine = store_->GetInfo().io_engine;
+  res.verified = verified_;
+  res.mismatches = mismatches_;
+  res.raw_slots_mismatches = raw_slots_mismatches_;
+  PrintRestoreReport(a_, res);
   return mismatches_ == 0 && raw_slots_mismatches_ == 0 ? 0 : 1;
 }
 

@@ -9,7 +9,8 @@
 #include "cli/commands.h"
 #include "cli/store_flags.h"
 #include "flatcake/store.h"
-#include "testing/test_util.h"
+#include "util/block_content.h"
+#include "util/temp_dir.h"
 
 namespace flatcake::cli {
 namespace {
@@ -28,6 +29,35 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Both media sized so the whole volume (`per_medium` bytes on each) stays below the high
+// watermark: this bench checks data, not reclamation (the reclamation tests do that).
+StoreOptions RoundTripStoreOptions(uint64_t per_medium, const std::string& dir) {
+  StoreOptions o;
+  const uint64_t room = static_cast<uint64_t>(per_medium / (o.high_watermark - 0.05));
+  o.dram_bytes = room + 64 * kMiB;
+  o.ssd_dirs = {dir};
+  o.ssd_file_bytes = 256 * kMiB;
+  o.ssd_bytes = (room / o.ssd_file_bytes + 2) * o.ssd_file_bytes;
+  return o;
+}
+
+// Compares each found block of `got` with its deterministic content; counts the bytes verified,
+// the blocks that differ and the keys not found.
+void VerifyBatch(const std::vector<Key>& keys, const std::vector<uint8_t>& found, HostBlocks& got,
+                 uint64_t* verified, uint64_t* mismatches, uint64_t* misses) {
+  const uint64_t block = got.layout.block_bytes();
+  std::vector<uint8_t> want(block);
+  for (size_t k = 0; k < keys.size(); ++k) {
+    if (!found[k]) {
+      ++*misses;
+      continue;
+    }
+    FillBlock(keys[k], want.data(), block);
+    if (std::memcmp(want.data(), got.block(k), block) != 0) ++*mismatches;
+    *verified += block;
+  }
+}
+
 int RunRoundTrip(const RoundTripArgs& a) {
   const KvLayout layout{a.layers, a.planes, a.slice_bytes};
   if (Status st = ValidateKvLayout(layout); !st.ok()) return ReportStatus("bench roundtrip", st);
@@ -35,33 +65,24 @@ int RunRoundTrip(const RoundTripArgs& a) {
   const uint64_t batches = std::max<uint64_t>(2, a.bytes / (block * a.blocks_per_put));
   const uint64_t per_medium = (batches + 1) / 2 * a.blocks_per_put * block;
 
-  std::unique_ptr<testing::TempDir> tmp;
+  std::unique_ptr<TempDir> tmp;
   std::string dir = a.dir;
   if (dir.empty()) {
-    tmp = std::make_unique<testing::TempDir>("flatcake-roundtrip");
+    tmp = std::make_unique<TempDir>("flatcake-roundtrip");
     dir = tmp->path();
   }
-  StoreOptions o;
-  // Both media sized so the whole volume stays below the high watermark: this bench checks data,
-  // not reclamation (the reclamation tests do that).
-  const uint64_t room = static_cast<uint64_t>(per_medium / (o.high_watermark - 0.05));
-  o.dram_bytes = room + 64 * kMiB;
-  o.ssd_dirs = {dir};
-  o.ssd_file_bytes = 256 * kMiB;
-  o.ssd_bytes = (room / o.ssd_file_bytes + 2) * o.ssd_file_bytes;
-  auto opened = Store::Open(o);
+  auto opened = Store::Open(RoundTripStoreOptions(per_medium, dir));
   if (!opened.ok()) return ReportStatus("bench roundtrip", opened.status());
   Store& store = **opened;
 
-  testing::HostBlocks buf(layout, a.blocks_per_put);
-  std::vector<uint8_t> want(block);
+  HostBlocks buf(layout, a.blocks_per_put);
   double put_s[2] = {0, 0}, get_s[2] = {0, 0};
   uint64_t moved[2] = {0, 0}, verified = 0, mismatches = 0, misses = 0;
   for (uint64_t pass = 0; pass < 2; ++pass) {
     for (uint64_t i = 0; i < batches; ++i) {
       const MediaType m = i % 2 ? MediaType::kSsd : MediaType::kDram;
       const int mi = static_cast<int>(m);
-      auto keys = testing::MakeKeys(i, 0, a.blocks_per_put);
+      auto keys = MakeKeys(i, 0, a.blocks_per_put);
       if (pass == 0) {
         buf.Fill(keys);
         WriteHints h;
@@ -79,15 +100,7 @@ int RunRoundTrip(const RoundTripArgs& a) {
         auto r = store.Get(keys, layout, buf.buffers());
         get_s[mi] += Seconds(t0);
         if (!r.ok()) return ReportStatus("bench roundtrip", r.status());
-        for (size_t k = 0; k < keys.size(); ++k) {
-          if (!r->found[k]) {
-            misses++;
-            continue;
-          }
-          testing::FillBlock(keys[k], want.data(), block);
-          if (std::memcmp(want.data(), buf.block(k), block) != 0) mismatches++;
-          verified += block;
-        }
+        VerifyBatch(keys, r->found, buf, &verified, &mismatches, &misses);
       }
     }
   }

@@ -34,8 +34,9 @@
 #include "flatcake/store.h"
 #include "sched/restore_queue.h"
 #include "sched/restore_sim.h"
-#include "testing/test_util.h"
 #include "util/align.h"
+#include "util/block_content.h"
+#include "util/temp_dir.h"
 
 namespace flatcake::cli {
 namespace {
@@ -180,7 +181,7 @@ class SchedDataSet {
         ptrs.clear();
         for (uint64_t b = 0; b < n; ++b) {
           uint8_t* p = buf.data() + b * kLayout.block_bytes();
-          testing::FillBlock(keys[b], p, kLayout.block_bytes());
+          FillBlock(keys[b], p, kLayout.block_bytes());
           ptrs.push_back(p);
         }
         WriteHints h;
@@ -484,10 +485,10 @@ int RunSchedBench(const SchedBenchOptions& o) {
   }
   const std::vector<RestoreRequest> arrivals = MakeArrivals(o);
   if (Status s = CheckSpan(o, arrivals); !s.ok()) return bad_flags(s);
-  std::unique_ptr<testing::TempDir> tmp;
+  std::unique_ptr<TempDir> tmp;
   std::string dir = o.ssd_dir;
   if (!o.virtual_time && dir.empty()) {
-    tmp = std::make_unique<testing::TempDir>("flatcake-sched");
+    tmp = std::make_unique<TempDir>("flatcake-sched");
     dir = tmp->path();
     if (dir.empty())
       return ReportStatus("bench sched", Status::IOError("cannot create a temp dir"));

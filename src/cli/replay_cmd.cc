@@ -14,9 +14,9 @@
 #include "cli/commands.h"
 #include "cli/store_flags.h"
 #include "eval/replay.h"
-#include "testing/test_util.h"
 #include "trace/trace.h"
 #include "trace/workload_gen.h"
+#include "util/temp_dir.h"
 
 namespace flatcake::cli {
 namespace {
@@ -219,6 +219,28 @@ Status Plot(const std::string& path, const std::vector<eval::ReplayReport>& rows
   return Status::OK();
 }
 
+// A progress callback for the run `label`: a redrawn bar on a terminal, else a line every 25%.
+decltype(eval::ReplayOptions::progress) ProgressReporter(const std::string& label) {
+  if (isatty(STDERR_FILENO)) {
+    return [label](uint64_t done, uint64_t total) {
+      const int width = 30;
+      const int fill = total ? static_cast<int>(width * done / total) : width;
+      std::fprintf(stderr, "\r%-22s [%s%s] %llu/%llu", label.c_str(),
+                   std::string(fill, '#').c_str(), std::string(width - fill, '.').c_str(),
+                   static_cast<unsigned long long>(done), static_cast<unsigned long long>(total));
+      if (done == total) std::fprintf(stderr, "\n");
+      std::fflush(stderr);
+    };
+  }
+  return [label, last = uint64_t{0}](uint64_t done, uint64_t total) mutable {
+    const uint64_t pct = total ? 100 * done / total : 100;
+    if (pct >= last + 25 || done == total) {
+      std::fprintf(stderr, "%s: %llu%%\n", label.c_str(), static_cast<unsigned long long>(pct));
+      last = pct;
+    }
+  };
+}
+
 int RunReplayCommand(ReplayArgs& a) {
   if (!a.trace_path.empty() && !a.workload.empty()) {
     return ReportArgError("replay",
@@ -257,10 +279,10 @@ int RunReplayCommand(ReplayArgs& a) {
       return ReportArgError("replay", Status::InvalidArgument("--qps values must be >= 0"));
     }
   }
-  std::unique_ptr<testing::TempDir> tmp;
+  std::unique_ptr<TempDir> tmp;
   std::string base = a.dir;
   if (base.empty()) {
-    tmp = std::make_unique<testing::TempDir>("flatcake-replay");
+    tmp = std::make_unique<TempDir>("flatcake-replay");
     if (tmp->path().empty()) {
       return ReportStatus("replay", Status::IOError("cannot create a temporary directory"));
     }
@@ -280,27 +302,7 @@ int RunReplayCommand(ReplayArgs& a) {
       std::filesystem::create_directories(o.dir, ec);
       if (ec) return ReportStatus("replay", Status::IOError("cannot create " + o.dir));
       const std::string label = names[i] + " @" + (q > 0 ? Fmt("%.2f", q) + " qps" : "trace");
-      if (a.progress && isatty(STDERR_FILENO)) {
-        o.progress = [label](uint64_t done, uint64_t total) {
-          const int width = 30;
-          const int fill = total ? static_cast<int>(width * done / total) : width;
-          std::fprintf(stderr, "\r%-22s [%s%s] %llu/%llu", label.c_str(),
-                       std::string(fill, '#').c_str(), std::string(width - fill, '.').c_str(),
-                       static_cast<unsigned long long>(done),
-                       static_cast<unsigned long long>(total));
-          if (done == total) std::fprintf(stderr, "\n");
-          std::fflush(stderr);
-        };
-      } else if (a.progress) {
-        o.progress = [label, last = uint64_t{0}](uint64_t done, uint64_t total) mutable {
-          const uint64_t pct = total ? 100 * done / total : 100;
-          if (pct >= last + 25 || done == total) {
-            std::fprintf(stderr, "%s: %llu%%\n", label.c_str(),
-                         static_cast<unsigned long long>(pct));
-            last = pct;
-          }
-        };
-      }
+      if (a.progress) o.progress = ProgressReporter(label);
       auto r = eval::RunReplay(*reqs, o);
       std::filesystem::remove_all(o.dir, ec);
       if (!r.ok()) return ReportStatus("replay", r.status());

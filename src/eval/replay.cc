@@ -13,8 +13,8 @@
 #include <unordered_map>
 
 #include "flatcake/store.h"
-#include "testing/test_util.h"
 #include "util/align.h"
+#include "util/block_content.h"
 
 namespace flatcake::eval {
 namespace {
@@ -352,7 +352,7 @@ class Replayer {
       bad = out.corrupt;
       // 2. Verify every restored byte; the delivered prefix ends at the first miss or mismatch.
       for (; delivered < n && delivered < out.found.size() && out.found[delivered]; ++delivered) {
-        testing::FillBlock(keys[delivered], buf.expect.data(), bb);
+        FillBlock(keys[delivered], buf.expect.data(), bb);
         if (std::memcmp(buf.expect.data(), buf.in_ptrs[delivered], bb) != 0) {
           bad++;
           break;
@@ -402,7 +402,7 @@ class Replayer {
       const size_t m = full - delivered;
       BlockBuffers src = buf.Prepare(buf.out, buf.out_ptrs, m, bb);
       for (size_t i = 0; i < m; ++i) {
-        testing::FillBlock(keys[delivered + i], static_cast<uint8_t*>(buf.out_ptrs[i]), bb);
+        FillBlock(keys[delivered + i], static_cast<uint8_t*>(buf.out_ptrs[i]), bb);
       }
       const Key tail = delivered > 0 ? keys[delivered - 1] : Key{};
       Status st = backend_->Write(std::span<const Key>(keys.data() + delivered, m), src, a.index,

@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "testing/test_util.h"
 #include "trace/workload_gen.h"
+#include "util/temp_dir.h"
 
 namespace flatcake::eval {
 namespace {
@@ -41,7 +41,7 @@ class ReplayTest : public ::testing::Test {
   static void SetUpTestSuite() {
     reqs_ = new std::vector<trace::TraceRequest>(TinyAgentic());
     for (ReplayPolicy p : {ReplayPolicy::kFlat, ReplayPolicy::kTiered, ReplayPolicy::kDramOnly}) {
-      testing::TempDir dir("replay");
+      TempDir dir("replay");
       auto r = RunReplay(*reqs_, TinyOptions(p, dir.path()));
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       reports_[static_cast<int>(p)] = *r;

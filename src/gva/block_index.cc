@@ -21,12 +21,9 @@
 // needs a single total order of the claimers' "key visible" CAS and their re-scans.
 #include "gva/block_index.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <bit>
 #include <cassert>
-#include <cstdlib>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -101,7 +98,6 @@ static_assert(ReachBound(kReachUnbounded | (uint64_t{1} << 40), 64) == 64, "satu
 static_assert(HintedDistance(uint64_t{0x05030201} << kHintShift, uint64_t{2} << 48) == 3);
 
 constexpr size_t kMinCapacity = 64;
-constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kMaxCapacity = size_t{1} << 40;
 
 constexpr auto kAcq = std::memory_order_acquire;
@@ -127,19 +123,15 @@ struct alignas(64) BlockIndex::Slot {
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
-void BlockIndex::FreeArray::operator()(void* p) const { std::free(p); }
-
 // Lookups probe both arrays at random. With 4 KiB pages a table of a few million slots (tens to
 // hundreds of MiB) costs a TLB miss and page walk on top of nearly every cache miss; 2 MiB pages
 // cover the arrays with a few hundred TLB entries. The advice is best effort: without
 // transparent huge pages the arrays simply use small pages.
-void* BlockIndex::AllocateArray(size_t bytes) {
-  const size_t align = bytes >= kHugePage ? kHugePage : kCacheLine;
-  const size_t rounded = (bytes + align - 1) / align * align;
-  void* p = std::aligned_alloc(align, rounded);
-  if (p == nullptr) throw std::bad_alloc();
-  if (align == kHugePage) (void)madvise(p, rounded, MADV_HUGEPAGE);
-  return p;
+AlignedBuffer BlockIndex::AllocateArray(size_t bytes) {
+  Result<AlignedBuffer> mem =
+      AlignedBuffer::Allocate(bytes, AlignedBuffer::HugePagesWhenLarge(bytes, kCacheLine));
+  if (!mem.ok()) throw std::bad_alloc();
+  return std::move(mem).value();
 }
 
 BlockIndex::BlockIndex(size_t capacity) {
@@ -147,12 +139,12 @@ BlockIndex::BlockIndex(size_t capacity) {
   static_assert(std::is_trivially_destructible_v<Slot> &&
                 std::is_trivially_destructible_v<std::atomic<uint64_t>>);
   size_t cap = std::bit_ceil(std::clamp(capacity, kMinCapacity, kMaxCapacity));
-  auto* states = static_cast<std::atomic<uint64_t>*>(AllocateArray(cap * sizeof(uint64_t)));
-  states_.reset(states);
-  for (size_t i = 0; i < cap; ++i) new (&states[i]) std::atomic<uint64_t>(kEmpty);
-  auto* slots = static_cast<Slot*>(AllocateArray(cap * sizeof(Slot)));
-  slots_.reset(slots);
-  for (size_t i = 0; i < cap; ++i) new (&slots[i]) Slot();
+  states_memory_ = AllocateArray(cap * sizeof(uint64_t));
+  states_ = reinterpret_cast<std::atomic<uint64_t>*>(states_memory_.data());
+  for (size_t i = 0; i < cap; ++i) new (&states_[i]) std::atomic<uint64_t>(kEmpty);
+  slots_memory_ = AllocateArray(cap * sizeof(Slot));
+  slots_ = reinterpret_cast<Slot*>(slots_memory_.data());
+  for (size_t i = 0; i < cap; ++i) new (&slots_[i]) Slot();
   mask_ = cap - 1;
   max_live_ = static_cast<size_t>(kMaxLoadFactor * static_cast<double>(cap));
 }
@@ -196,6 +188,27 @@ bool BlockIndex::Tombstone(size_t idx, uint64_t word) {
   }
   tombstones_.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+// Raises the home's reach to cover our slot before the key can become visible to lookups
+// (Publish's release CAS orders this store before it; when the word already holds our bound and
+// hint nothing is stored, and read-read coherence makes a lookup that sees our Publish read that
+// word or a later one). A later Abort leaves it raised: the bound only needs to be an upper bound.
+// The same update records our slot in the home's hint cell for our fingerprint.
+void BlockIndex::RaiseReach(size_t home, size_t my_pos, uint64_t hash) {
+  std::atomic<uint64_t>& reach = slots_[home].reach;
+  const uint64_t need = std::min<uint64_t>(my_pos + 1, kReachUnbounded);
+  const int cell_shift = kHintShift + 8 * static_cast<int>(HintCell(hash));
+  const uint64_t hint = my_pos <= kMaxHint ? my_pos : 0;
+  uint64_t r = reach.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t bound = std::max<uint64_t>(r & kReachBits, need);
+    const uint64_t next =
+        (r & ~kReachBits & ~(uint64_t{0xFF} << cell_shift)) | bound | (hint << cell_shift);
+    if (next == r || reach.compare_exchange_weak(r, next, kRel, std::memory_order_relaxed)) {
+      break;
+    }
+  }
 }
 
 // Reserve protocol (one attempt; an attempt that loses a race starts over):
@@ -275,28 +288,9 @@ BlockIndex::ReserveOutcome BlockIndex::Reserve(const Key& key, Reservation* out)
       (void)ok;
     }
 
-    // Raise the home's reach to cover our slot before the key can become visible to lookups
-    // (Publish's release CAS orders this store before it; when the word already holds our bound
-    // and hint nothing is stored, and read-read coherence makes a lookup that sees our Publish
-    // read that word or a later one). A later Abort leaves it raised: the bound only needs to be
-    // an upper bound. The same update records our slot in the home's hint cell for our
-    // fingerprint.
+    // Raise the home's reach to cover our slot before the key can become visible to lookups.
     const size_t my_pos = (target - home) & mask_;
-    {
-      std::atomic<uint64_t>& reach = slots_[home].reach;
-      const uint64_t need = std::min<uint64_t>(my_pos + 1, kReachUnbounded);
-      const int cell_shift = kHintShift + 8 * static_cast<int>(HintCell(hash));
-      const uint64_t hint = my_pos <= kMaxHint ? my_pos : 0;
-      uint64_t r = reach.load(std::memory_order_relaxed);
-      for (;;) {
-        const uint64_t bound = std::max<uint64_t>(r & kReachBits, need);
-        const uint64_t next =
-            (r & ~kReachBits & ~(uint64_t{0xFF} << cell_shift)) | bound | (hint << cell_shift);
-        if (next == r || reach.compare_exchange_weak(r, next, kRel, std::memory_order_relaxed)) {
-          break;
-        }
-      }
-    }
+    RaiseReach(home, my_pos, hash);
 
     // Step 3.
     bool restart = false;

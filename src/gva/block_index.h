@@ -68,6 +68,7 @@
 #include "flatcake/gva.h"
 #include "flatcake/key.h"
 #include "flatcake/status.h"
+#include "util/aligned_buffer.h"
 
 namespace flatcake {
 
@@ -158,13 +159,9 @@ class BlockIndex {
 
  private:
   struct Slot;
-  // Frees an array allocated by AllocateArray (the elements are trivially destructible).
-  struct FreeArray {
-    void operator()(void* p) const;
-  };
   // Raw, 64-byte aligned storage for `bytes` (2 MiB aligned and advised for huge pages when it is
   // at least 2 MiB). Throws std::bad_alloc like new when memory is exhausted.
-  static void* AllocateArray(size_t bytes);
+  static AlignedBuffer AllocateArray(size_t bytes);
   // Reads the key of slot `idx`; returns the state word re-read afterwards (the copy is valid
   // only if that word still has the version of the word read before).
   uint64_t ReadKey(size_t idx, Key* key) const;
@@ -186,11 +183,18 @@ class BlockIndex {
   // keys probed.
   template <typename OnResult>
   size_t LookupPipelined(std::span<const Key> keys, IndexEntry* out, OnResult on_result) const;
+  // Step of Reserve: raises the reach of slot `home` to cover probe position `my_pos` and records
+  // that position in the hint cell of the key hashed to `hash`.
+  void RaiseReach(size_t home, size_t my_pos, uint64_t hash);
   // Moves slot `idx` from `word` to TOMBSTONE (same version). False when the word changed.
   bool Tombstone(size_t idx, uint64_t word);
 
-  std::unique_ptr<std::atomic<uint64_t>[], FreeArray> states_;
-  std::unique_ptr<Slot[], FreeArray> slots_;  // key + entry, one cache line each
+  // The two arrays own their memory through the buffers; their elements are trivially
+  // destructible, so freeing the buffers is all the destruction they need.
+  AlignedBuffer states_memory_;
+  AlignedBuffer slots_memory_;
+  std::atomic<uint64_t>* states_ = nullptr;
+  Slot* slots_ = nullptr;  // key + entry, one cache line each
   size_t mask_;
   size_t max_live_;
   // Reserve calls in flight + RESERVED + PUBLISHED slots: each Reserve takes one unit up front

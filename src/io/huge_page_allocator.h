@@ -1,12 +1,10 @@
 // HugePageAllocator: a std::allocator replacement for the large, short-lived arrays of read
-// planning (a million descriptors is ~40 MB). Blocks of 2 MiB and more are 2 MiB aligned and
-// advised as transparent huge pages, so first touch costs one fault per 2 MiB instead of one per
-// 4 KiB; on virtual machines where a page fault is expensive that is the difference between a few
-// milliseconds and hundreds. Smaller blocks come from malloc. resize() leaves trivially
-// constructible elements uninitialised (callers overwrite them). Stateless; thread-safe.
+// planning (a million descriptors is ~40 MB). Blocks of 2 MiB and more are AlignedBuffers, 2 MiB
+// aligned and advised as transparent huge pages, so first touch costs one fault per 2 MiB instead
+// of one per 4 KiB; on virtual machines where a page fault is expensive that is the difference
+// between a few milliseconds and hundreds. Smaller blocks come from malloc. resize() leaves
+// trivially constructible elements uninitialised (callers overwrite them). Stateless; thread-safe.
 #pragma once
-
-#include <sys/mman.h>
 
 #include <cstddef>
 #include <cstdlib>
@@ -15,13 +13,13 @@
 #include <utility>
 #include <vector>
 
+#include "util/aligned_buffer.h"
+
 namespace flatcake {
 
 template <typename T>
 struct HugePageAllocator {
   using value_type = T;
-  static constexpr size_t kHugePage = size_t{2} << 20;
-
   HugePageAllocator() = default;
   template <typename U>
   HugePageAllocator(const HugePageAllocator<U>&) {}  // NOLINT(google-explicit-constructor)
@@ -29,16 +27,19 @@ struct HugePageAllocator {
   T* allocate(size_t n) {
     const size_t bytes = n * sizeof(T);
     void* p = nullptr;
-    if (bytes >= kHugePage) {
-      const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-      if (::posix_memalign(&p, kHugePage, rounded) != 0) throw std::bad_alloc();
-      ::madvise(p, rounded, MADV_HUGEPAGE);
+    if (bytes >= AlignedBuffer::kHugePageBytes) {
+      Result<AlignedBuffer> mem = AlignedBuffer::Allocate(
+          bytes,
+          {.alignment = AlignedBuffer::kHugePageBytes, .backing = PageBacking::kTransparentHuge});
+      if (!mem.ok()) throw std::bad_alloc();
+      p = mem->release();
     } else {
       p = std::malloc(bytes == 0 ? 1 : bytes);
       if (p == nullptr) throw std::bad_alloc();
     }
     return static_cast<T*>(p);
   }
+  // Both kinds of block are freed with std::free (AlignedBuffer::release's contract).
   void deallocate(T* p, size_t) { std::free(p); }
 
   // resize() default-initialises rather than zeroes: scratch arrays are overwritten anyway.

@@ -1,10 +1,7 @@
 #include "io/restore_reader.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <bit>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -226,9 +223,9 @@ bool RestoreReader::BuildVectored(const CoalescePlan& p, const MergedRead& r,
   const uint64_t a = options_.vector_alignment;
   bool last_is_slice = false;  // the last entry is a destination (may be extended), not discard
   auto discard = [&](uint64_t n) {
-    if (n % a != 0 || discard_ == nullptr) return false;
+    if (n % a != 0 || discard_.empty()) return false;
     for (; n > 0; n -= std::min(n, discard_bytes_)) {
-      iov->push_back(iovec{discard_, std::min(n, discard_bytes_)});
+      iov->push_back(iovec{discard_.data(), std::min(n, discard_bytes_)});
     }
     last_is_slice = false;
     return true;
@@ -285,28 +282,27 @@ Result<std::unique_ptr<RestoreReader>> RestoreReader::Create(IoEngine& engine,
     reader->coalesce_.max_io =
         reader->window_bytes_ / options.coalesce.alignment * options.coalesce.alignment;
   }
-  void* mem = nullptr;
-  if (::posix_memalign(&mem, kWindowAlign, reader->window_bytes_) != 0) {
+  // Pre-faulted: the pages are faulted in now, not during restores.
+  Result<AlignedBuffer> window = AlignedBuffer::Allocate(
+      reader->window_bytes_,
+      {.alignment = kWindowAlign, .backing = PageBacking::kTransparentHuge, .prefault = true});
+  if (!window.ok()) {
     return Status::NoSpace("cannot allocate a " + std::to_string(reader->window_bytes_) +
                            " byte restore window");
   }
-  ::madvise(mem, reader->window_bytes_, MADV_HUGEPAGE);
-  std::memset(mem, 0, reader->window_bytes_);  // fault the pages in now, not during restores
-  reader->window_ = static_cast<uint8_t*>(mem);
+  reader->window_ = std::move(window).value();
   if (options.allow_vectored) {
     // Big enough for a bridged gap or an alignment widening in one entry, in the common case.
     const uint64_t discard_align = std::max(options.vector_alignment, kStagingAlign);
     const uint64_t want = std::max(options.coalesce.max_gap, options.coalesce.alignment);
     reader->discard_bytes_ = AlignUp(std::min(want, kMaxDiscard), discard_align);
-    void* d = nullptr;
-    if (::posix_memalign(&d, discard_align, reader->discard_bytes_) != 0) {
-      return Status::NoSpace("cannot allocate the restore discard buffer");
-    }
-    std::memset(d, 0, reader->discard_bytes_);
-    reader->discard_ = static_cast<uint8_t*>(d);
+    Result<AlignedBuffer> discard = AlignedBuffer::Allocate(
+        reader->discard_bytes_, {.alignment = discard_align, .prefault = true});
+    if (!discard.ok()) return Status::NoSpace("cannot allocate the restore discard buffer");
+    reader->discard_ = std::move(discard).value();
   }
   if (options.register_window) {
-    IoBufferRegion region{reader->window_, reader->window_bytes_};
+    IoBufferRegion region{reader->window_.data(), reader->window_bytes_};
     reader->window_registered_ = engine.RegisterBuffers({&region, 1}).ok();
   }
   reader->issuer_ = std::thread([r = reader.get()] { r->IssueLoop(); });
@@ -322,11 +318,9 @@ RestoreReader::~RestoreReader() {
   }
   if (issuer_.joinable()) issuer_.join();
   if (window_registered_) {
-    IoBufferRegion region{window_, window_bytes_};
+    IoBufferRegion region{window_.data(), window_bytes_};
     engine_.UnregisterBuffers({&region, 1});
   }
-  std::free(window_);
-  std::free(discard_);
 }
 
 Result<std::shared_ptr<ReaderHandle>> RestoreReader::Start(
@@ -540,7 +534,7 @@ std::shared_ptr<ReaderHandle> RestoreReader::TakeBatch(std::vector<IoOp>* batch,
         break;
       }
       rs.ring_pos = pos;
-      rs.buf = window_ + pos % window_bytes_;
+      rs.buf = window_.data() + pos % window_bytes_;
       h->scattered_.fetch_add(1, std::memory_order_relaxed);
     }
     inflight_ += r.len;

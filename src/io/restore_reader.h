@@ -51,6 +51,7 @@
 
 #include "io/coalesce.h"
 #include "io/io_engine.h"
+#include "util/aligned_buffer.h"
 
 namespace flatcake {
 
@@ -244,9 +245,9 @@ class RestoreReader {
   const ReaderOptions options_;
   CoalesceOptions coalesce_;
   uint64_t window_bytes_ = 0;
-  uint8_t* window_ = nullptr;
+  AlignedBuffer window_;  // window_bytes_ of staging space
   bool window_registered_ = false;
-  uint8_t* discard_ = nullptr;  // sink for unwanted bytes of vectored reads; null when disabled
+  AlignedBuffer discard_;  // sink for unwanted bytes of vectored reads; empty when disabled
   uint64_t discard_bytes_ = 0;
 
   mutable std::mutex mu_;

@@ -7,12 +7,10 @@
 
 #include <cerrno>
 
-#include "testing/test_util.h"
+#include "util/temp_dir.h"
 
 namespace flatcake {
 namespace {
-
-using testing::TempDir;
 
 SsdFilePool::Options PoolOptions(std::vector<std::string> dirs) {
   SsdFilePool::Options o;

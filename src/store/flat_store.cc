@@ -431,16 +431,8 @@ Status FlatStore::WriteSegment(const ScopeSlot& scope, const PendingSegment& ps,
   const uint64_t file_off = seg.base % fb;
   // Two halves of the staging budget: one is gathered while the other is being written.
   const uint64_t chunk = std::min(write_staging_->buffer_bytes(), seg.bytes);
-  std::unique_ptr<StagingBuffer> bufs[2] = {write_staging_->Acquire(), write_staging_->Acquire()};
-  struct ReturnBuffers {
-    StagingPool* pool;
-    std::unique_ptr<StagingBuffer>* bufs;
-    ~ReturnBuffers() {
-      pool->Release(std::move(bufs[0]));
-      pool->Release(std::move(bufs[1]));
-    }
-  } give_back{write_staging_.get(), bufs};
-  if (!bufs[0]->data() || !bufs[1]->data()) {
+  const StagingPool::Lease bufs[2] = {write_staging_->Acquire(), write_staging_->Acquire()};
+  if (!bufs[0].data() || !bufs[1].data()) {
     return Status::NoSpace("cannot allocate write staging buffers");
   }
   IoWaiter waiter;
@@ -456,7 +448,7 @@ Status FlatStore::WriteSegment(const ScopeSlot& scope, const PendingSegment& ps,
       st = waiter.WaitFor(*busy);
       if (!st.ok()) break;
     }
-    uint8_t* data = bufs[n % 2]->data();
+    uint8_t* data = bufs[n % 2].data();
     gather.Fill(pos, len, data);
     IoOp op;
     op.opcode = IoOpcode::kWrite;

@@ -13,15 +13,12 @@
 
 #include "io/fault_injection_io_engine.h"
 #include "io/posix_io_engine.h"
-#include "testing/test_util.h"
+#include "util/aligned_buffer.h"
+#include "util/block_content.h"
+#include "util/temp_dir.h"
 
 namespace flatcake {
 namespace {
-
-using testing::FillBlock;
-using testing::HostBlocks;
-using testing::MakeKeys;
-using testing::TempDir;
 
 constexpr KvLayout kLayout{4, 2, 16 * 1024};  // 128 KiB blocks
 
@@ -141,15 +138,14 @@ TEST_F(FlatStoreTest, ReadsLandInPlaceWhenTheDestinationMatchesTheFile) {
   auto keys = MakeKeys(4, 0, 8);
   PutKeys(keys, MediaType::kSsd);
   const uint64_t s = kLayout.slice_bytes, n = keys.size();
-  std::unique_ptr<uint8_t, decltype(&std::free)> mem(
-      static_cast<uint8_t*>(std::aligned_alloc(4096, kLayout.block_bytes() * n)), &std::free);
-  ASSERT_NE(mem, nullptr);
+  Result<AlignedBuffer> mem = AlignedBuffer::Allocate(kLayout.block_bytes() * n);
+  ASSERT_TRUE(mem.ok());
   std::vector<void*> ptrs(n * kLayout.num_layers * kLayout.num_planes);
   for (uint64_t b = 0; b < n; ++b) {
     for (uint32_t l = 0; l < kLayout.num_layers; ++l) {
       for (uint32_t p = 0; p < kLayout.num_planes; ++p) {
         ptrs[(b * kLayout.num_layers + l) * kLayout.num_planes + p] =
-            mem.get() + ((l * kLayout.num_planes + p) * n + b) * s;
+            mem->data() + ((l * kLayout.num_planes + p) * n + b) * s;
       }
     }
   }

@@ -1,7 +1,8 @@
 // Scopes: the placement and reclamation unit. One session's (or shared prefix's) blocks on one
 // medium, written as a sequence of layer-major segments, freed as a whole.
 //
-// Each scope lives in a fixed slot of the ScopeTable. The slot's control word packs
+// Each scope lives in a fixed ScopeSlot of the store's slot array (FlatStore::scopes_; a slot's
+// index is the scope id that index entries carry). The slot's control word packs
 //   generation[63:32] | live[31] | readers[30:0]
 // and is the only synchronisation between readers and reclamation:
 //  - TryPin(gen) increments readers only while the slot is live with generation `gen` (one CAS),
@@ -11,9 +12,10 @@
 //    freed only after a successful TryRetire: no reader ever sees recycled bytes.
 // Writers pin the scope they are writing into, so a segment in flight is never reclaimed.
 //
-// The descriptive fields (medium, layout, extents, segments, keys) are written by the store under
-// its mutex. `layout` and `medium` are set before the first index entry of the generation is
-// published and do not change while the generation lives, so a pinned reader may read them.
+// The descriptive fields (medium, layout, session, segments, which are also the scope's extents,
+// keys and the counters) are written by the store under its mutex. `layout` and `medium` are set
+// before the first index entry of the generation is published and do not change while the
+// generation lives, so a pinned reader may read them.
 #pragma once
 
 #include <atomic>

@@ -1,10 +1,9 @@
-// Helpers of the segment write path: an aligned staging buffer and the gather that produces a
-// segment's layer-major byte stream from the caller's buffers.
+// Helpers of the segment write path: a pool of aligned staging buffers and the gather that
+// produces a segment's layer-major byte stream from the caller's buffers.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -14,53 +13,58 @@
 #include "flatcake/layout.h"
 #include "io/io_engine.h"
 #include "store/scope.h"
-#include "util/align.h"
+#include "util/aligned_buffer.h"
 
 namespace flatcake {
 
-// 4 KiB-aligned heap buffer (O_DIRECT needs aligned memory). data() is null if allocation failed.
-class StagingBuffer {
- public:
-  explicit StagingBuffer(uint64_t bytes)
-      : data_(static_cast<uint8_t*>(std::aligned_alloc(4096, AlignUp(bytes, 4096)))) {}
-  ~StagingBuffer() { std::free(data_); }
-  StagingBuffer(const StagingBuffer&) = delete;
-  StagingBuffer& operator=(const StagingBuffer&) = delete;
-  uint8_t* data() const { return data_; }
-
- private:
-  uint8_t* data_;
-};
-
-// A free list of equally sized staging buffers. Fresh pages are expensive to fault in (tens of
-// microseconds each in a VM), so buffers are kept and reused across writes instead of being
-// allocated per segment. Thread-safe.
+// A free list of equally sized, 4 KiB-aligned staging buffers (O_DIRECT needs aligned memory).
+// Fresh pages are expensive to fault in (tens of microseconds each in a VM), so buffers are kept
+// and reused across writes instead of being allocated per segment. Thread-safe.
 class StagingPool {
  public:
+  // A buffer on loan from the pool, returned to it when the lease is destroyed. data() is null
+  // when memory was exhausted. REQUIRES: the pool outlives its leases.
+  class Lease {
+   public:
+    Lease(Lease&& other) noexcept = default;
+    Lease& operator=(Lease&&) = delete;
+    ~Lease() {
+      if (!buffer_.empty()) pool_->Return(std::move(buffer_));
+    }
+    uint8_t* data() const { return buffer_.data(); }
+
+   private:
+    friend class StagingPool;
+    Lease(StagingPool* pool, AlignedBuffer buffer) : pool_(pool), buffer_(std::move(buffer)) {}
+    StagingPool* pool_;
+    AlignedBuffer buffer_;
+  };
+
   explicit StagingPool(uint64_t buffer_bytes) : bytes_(buffer_bytes) {}
   uint64_t buffer_bytes() const { return bytes_; }
-  // Returns a buffer (null data() if memory is exhausted).
-  std::unique_ptr<StagingBuffer> Acquire() {
+  // Lends a kept buffer, or a new one.
+  Lease Acquire() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!free_.empty()) {
-        auto b = std::move(free_.back());
+        AlignedBuffer b = std::move(free_.back());
         free_.pop_back();
-        return b;
+        return Lease(this, std::move(b));
       }
     }
-    return std::make_unique<StagingBuffer>(bytes_);
+    Result<AlignedBuffer> fresh = AlignedBuffer::Allocate(bytes_, {.alignment = 4096});
+    return Lease(this, fresh.ok() ? std::move(fresh).value() : AlignedBuffer());
   }
-  void Release(std::unique_ptr<StagingBuffer> b) {
-    if (!b || !b->data()) return;
+
+ private:
+  void Return(AlignedBuffer b) {
     std::lock_guard<std::mutex> lock(mu_);
     free_.push_back(std::move(b));
   }
 
- private:
   const uint64_t bytes_;
   std::mutex mu_;
-  std::vector<std::unique_ptr<StagingBuffer>> free_;
+  std::vector<AlignedBuffer> free_;
 };
 
 // Tracks asynchronously submitted ops by tag (tags 0, 1, 2, ... in submission order) so a caller

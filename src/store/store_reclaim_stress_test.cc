@@ -13,15 +13,11 @@
 #include <thread>
 
 #include "store/flat_store.h"
-#include "testing/test_util.h"
+#include "util/block_content.h"
+#include "util/temp_dir.h"
 
 namespace flatcake {
 namespace {
-
-using testing::FillBlock;
-using testing::HostBlocks;
-using testing::MakeKeys;
-using testing::TempDir;
 
 double StressSeconds() {
   const char* s = std::getenv("FLATCAKE_STRESS_SECONDS");

@@ -18,15 +18,11 @@
 #include "io/posix_io_engine.h"
 #include "io/preadv_io_engine.h"
 #include "store/flat_store.h"
-#include "testing/test_util.h"
+#include "util/block_content.h"
+#include "util/temp_dir.h"
 
 namespace flatcake {
 namespace {
-
-using testing::FillBlock;
-using testing::HostBlocks;
-using testing::MakeKeys;
-using testing::TempDir;
 
 constexpr KvLayout kLayout{4, 2, 16 * 1024};  // 128 KiB blocks
 

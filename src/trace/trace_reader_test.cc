@@ -1,14 +1,13 @@
 #include <gtest/gtest.h>
 
+#include "testing/trace_files.h"
 #include "trace/json_scan.h"
 #include "trace/line_reader.h"
 #include "trace/trace.h"
-#include "trace/trace_test_util.h"
+#include "util/temp_dir.h"
 
 namespace flatcake::trace {
 namespace {
-
-using testing::ScratchDir;
 
 const char kMooncake[] =
     "{\"timestamp\": 0, \"input_length\": 700, \"output_length\": 5, \"hash_ids\": [0, 1]}\n"
@@ -25,7 +24,7 @@ std::vector<TraceRequest> ReadAll(const std::string& path, ReaderOptions o = {})
 }
 
 TEST(LineReader, SameLinesFromPlainGzipAndZstd) {
-  ScratchDir dir;
+  TempDir dir("flatcake-trace-test");
   ASSERT_TRUE(dir.ok());
   std::string big(3 << 20, 'x');  // longer than one read chunk
   std::string text = "a\r\nbb\n\n" + big + "\nlast";
@@ -56,7 +55,7 @@ TEST(LineReader, SameLinesFromPlainGzipAndZstd) {
 }
 
 TEST(LineReader, TruncatedCompressedStreamsAreErrors) {
-  ScratchDir dir;
+  TempDir dir("flatcake-trace-test");
   std::string text;
   for (int i = 0; i < 20000; ++i) text += "line " + std::to_string(i * 7919) + "\n";
   std::string z = testing::ZstdBytes(text);
@@ -115,7 +114,7 @@ TEST(JsonCursor, ParsesAndRejects) {
 }
 
 TEST(MooncakeReader, ReadsFieldsFromEveryCompression) {
-  ScratchDir dir;
+  TempDir dir("flatcake-trace-test");
   testing::WritePlain(dir.File("m.jsonl"), kMooncake);
   testing::WriteGzip(dir.File("m.jsonl.gz"), kMooncake);
   testing::WriteZstd(dir.File("m.zst"), kMooncake);
@@ -142,7 +141,7 @@ TEST(MooncakeReader, ReadsFieldsFromEveryCompression) {
 }
 
 TEST(MooncakeReader, BadLineNamesFileAndLineUnlessSkipped) {
-  ScratchDir dir;
+  TempDir dir("flatcake-trace-test");
   std::string good = "{\"timestamp\": 1, \"input_length\": 5, \"hash_ids\": [3]}\n";
   const char* bad_lines[] = {
       "{\"timestamp\": 2, \"input_length\": 5}",                        // missing hash_ids
@@ -178,7 +177,7 @@ TEST(MooncakeReader, BadLineNamesFileAndLineUnlessSkipped) {
 }
 
 TEST(QwenReader, SessionsFollowParentChains) {
-  ScratchDir dir;
+  TempDir dir("flatcake-trace-test");
   std::string text =
       "{\"chat_id\": 10, \"parent_chat_id\": -1, \"timestamp\": 0.25, \"input_length\": 40, "
       "\"output_length\": 3, \"type\": \"text\", \"turn\": 1, \"hash_ids\": [0, 1, 2]}\n"
@@ -213,7 +212,7 @@ TEST(QwenReader, SessionsFollowParentChains) {
 }
 
 TEST(AgenticReader, ExpandsSortsAndNamespacesLocalIds) {
-  ScratchDir dir;
+  TempDir dir("flatcake-trace-test");
   // Two sessions whose local ids both start at 0: with local scope they must not collide.
   std::string text =
       "{\"id\": \"s1\", \"models\": [\"m\"], \"block_size\": 64, \"hash_id_scope\": \"local\", "
@@ -271,7 +270,7 @@ TEST(TraceFormat, DetectionAndOverride) {
   EXPECT_EQ(*ParseTraceFormat("bailian"), TraceFormat::kQwen);
   EXPECT_TRUE(ParseTraceFormat("csv").status().IsInvalidArgument());
 
-  ScratchDir dir;
+  TempDir dir("flatcake-trace-test");
   testing::WritePlain(dir.File("m"), kMooncake);
   ReaderOptions o;
   o.format = TraceFormat::kQwen;  // explicit override wins: the Mooncake lines lack chat_id

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cmath>
 
-#include "trace/trace_test_util.h"
+#include "testing/trace_files.h"
 
 namespace flatcake::trace {
 namespace {

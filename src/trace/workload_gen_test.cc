@@ -4,8 +4,9 @@
 
 #include <unordered_set>
 
+#include "testing/trace_files.h"
 #include "trace/trace_stats.h"
-#include "trace/trace_test_util.h"
+#include "util/temp_dir.h"
 
 namespace flatcake::trace {
 namespace {
@@ -108,7 +109,7 @@ TEST(WorkloadGen, WrittenTraceReadsBackIdentically) {
   o.requests = 500;
   o.block_tokens = 256;  // not the reader's Mooncake default: it must come from the file
   auto reqs = Gen(WorkloadKind::kConversation, o);
-  testing::ScratchDir dir;
+  TempDir dir("flatcake-trace-test");
   std::string path = dir.File("gen.jsonl");
   testing::WritePlain(path, ToJsonl(reqs, true));
   auto back = ReadTrace(path);

@@ -1,45 +1,23 @@
-// Test helpers for the io/ tests: a temporary directory, aligned buffers and deterministic data.
-// Not thread-safe; each test owns its instances.
+// Test helpers for the io/ tests: files of a deterministic byte pattern, distinct per file and
+// position, and aligned buffers to read them into. Not thread-safe; each test owns its instances.
 #pragma once
 
 #include <fcntl.h>
-#include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
-#include <memory>
 #include <string>
+#include <utility>
+
+#include "util/aligned_buffer.h"
 
 namespace flatcake::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/flatcake_io_XXXXXX";
-    char* p = ::mkdtemp(tmpl.data());
-    path_ = p ? p : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using AlignedBuffer = std::unique_ptr<uint8_t[], FreeDeleter>;
-
+// An `align`-aligned buffer to read into; empty when memory is exhausted.
 inline AlignedBuffer AllocAligned(size_t bytes, size_t align = 4096) {
-  void* p = nullptr;
-  if (::posix_memalign(&p, align, bytes == 0 ? align : bytes) != 0) return nullptr;
-  return AlignedBuffer(static_cast<uint8_t*>(p));
+  Result<AlignedBuffer> b = AlignedBuffer::Allocate(bytes, {.alignment = align});
+  return b.ok() ? std::move(b).value() : AlignedBuffer();
 }
 
 // Byte i of file `file` in every test: distinct per position, so misplaced data shows.

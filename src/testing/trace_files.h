@@ -1,9 +1,8 @@
-// Helpers shared by the trace tests: a scratch directory, file writers for each compression, and
+// Helpers shared by the trace tests: file writers for each compression, and
 // the location of the shared reference traces. Test-only; not part of the library.
 #pragma once
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 #include <zlib.h>
 #include <zstd.h>
@@ -14,24 +13,6 @@
 #include <vector>
 
 namespace flatcake::trace::testing {
-
-class ScratchDir {
- public:
-  ScratchDir() {
-    char tmpl[] = "/tmp/flatcake_trace_test_XXXXXX";
-    const char* d = mkdtemp(tmpl);
-    path_ = d ? d : "";
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-  bool ok() const { return !path_.empty(); }
-
- private:
-  std::string path_;
-};
 
 inline void WritePlain(const std::string& path, const std::string& text) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
@@ -67,7 +48,7 @@ inline std::string SharedTracesDir() {
   std::vector<std::string> candidates;
   if (const char* env = std::getenv("FLATCAKE_SHARED_DIR")) candidates.push_back(env);
   candidates.push_back("../shared");
-  // This header lives in <repo>/src/trace; the shared folder sits beside the repository.
+  // This header lives in <repo>/src/testing; the shared folder sits beside the repository.
   candidates.push_back(
       (std::filesystem::path(__FILE__).parent_path() / "../../../shared").string());
   for (const std::string& c : candidates) {

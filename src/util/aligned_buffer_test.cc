@@ -1,0 +1,77 @@
+#include "util/aligned_buffer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <utility>
+
+namespace flatcake {
+namespace {
+
+bool AlignedTo(const void* p, uint64_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+TEST(AlignedBufferTest, AllocatesAlignedMemoryOfTheRequestedSize) {
+  for (uint64_t align : {uint64_t{64}, uint64_t{4096}, AlignedBuffer::kHugePageBytes}) {
+    Result<AlignedBuffer> b = AlignedBuffer::Allocate(10000, {.alignment = align});
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    EXPECT_TRUE(AlignedTo(b->data(), align));
+    EXPECT_EQ(b->size(), 10000u);
+    b->data()[9999] = 1;  // writable to the last byte
+  }
+}
+
+TEST(AlignedBufferTest, PrefaultZeroesTheBytes) {
+  Result<AlignedBuffer> b = AlignedBuffer::Allocate(
+      3 << 20, {.alignment = 4096, .backing = PageBacking::kTransparentHuge, .prefault = true});
+  ASSERT_TRUE(b.ok());
+  uint64_t nonzero = 0;
+  for (uint64_t i = 0; i < b->size(); ++i) nonzero += b->data()[i] != 0;
+  EXPECT_EQ(nonzero, 0u);
+}
+
+TEST(AlignedBufferTest, ZeroBytesStillGivesAPointer) {
+  Result<AlignedBuffer> b = AlignedBuffer::Allocate(0);
+  ASSERT_TRUE(b.ok());
+  EXPECT_NE(b->data(), nullptr);
+  EXPECT_EQ(b->size(), 0u);
+}
+
+TEST(AlignedBufferTest, RejectsBadAlignmentsWithAStatus) {
+  EXPECT_EQ(AlignedBuffer::Allocate(100, {.alignment = 3000}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(AlignedBuffer::Allocate(100, {.alignment = 64, .backing = PageBacking::kSmallPages})
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(AlignedBufferTest, ReportsExhaustionAsNoSpace) {
+  Result<AlignedBuffer> b = AlignedBuffer::Allocate(uint64_t{1} << 62);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kNoSpace);
+}
+
+TEST(AlignedBufferTest, MovesOwnership) {
+  AlignedBuffer a = std::move(AlignedBuffer::Allocate(4096)).value();
+  uint8_t* p = a.data();
+  AlignedBuffer b(std::move(a));
+  EXPECT_TRUE(a.empty());
+  EXPECT_EQ(b.data(), p);
+  AlignedBuffer c;
+  c = std::move(b);
+  EXPECT_EQ(c.data(), p);
+  EXPECT_EQ(c.size(), 4096u);
+  EXPECT_TRUE(b.empty());
+}
+
+TEST(AlignedBufferTest, HugePagesOnlyForLargeArrays) {
+  AlignedBufferOptions small = AlignedBuffer::HugePagesWhenLarge(4096, 64);
+  EXPECT_EQ(small.alignment, 64u);
+  EXPECT_EQ(small.backing, PageBacking::kDefault);
+  AlignedBufferOptions large = AlignedBuffer::HugePagesWhenLarge(AlignedBuffer::kHugePageBytes, 64);
+  EXPECT_EQ(large.alignment, AlignedBuffer::kHugePageBytes);
+  EXPECT_EQ(large.backing, PageBacking::kTransparentHuge);
+}
+
+}  // namespace
+}  // namespace flatcake
