@@ -208,8 +208,11 @@ Result<std::unique_ptr<IoEngine>> MakeIoEngine(const IoEngineOptions& options, s
           UringIoEngine::Create(UringIoEngine::Options{options.workers, options.queue_depth});
       if (uring.ok()) return std::unique_ptr<IoEngine>(std::move(uring).value());
       if (note != nullptr) {
-        *note = "io_uring unavailable (" + uring.status().ToString() +
-                "); using the preadv thread pool";
+        *note = UringIoEngine::CompiledIn()
+                    ? "io_uring unavailable (" + uring.status().ToString() +
+                          "); using the preadv thread pool"
+                    : "this build has no io_uring (configured without liburing or with "
+                      "FLATCAKE_WITH_URING=OFF); using the preadv thread pool";
       }
       return std::unique_ptr<IoEngine>(
           std::make_unique<PreadvIoEngine>(PreadvIoEngine::ThreadsFor(options)));

@@ -41,11 +41,17 @@ std::unique_ptr<IoEngine> MakeEngine(IoEngineKind kind, uint64_t max_chunk = 0) 
   }
 }
 
+// Why MakeEngine(kUring) returned nullptr: a build without the engine, or a kernel refusing rings.
+std::string UringSkipReason() {
+  auto e = UringIoEngine::Create({2, 16, 0});
+  return e.ok() ? "io_uring unavailable" : e.status().ToString();
+}
+
 class EngineTest : public ::testing::TestWithParam<IoEngineKind> {
  protected:
   void SetUp() override {
     engine_ = MakeEngine(GetParam());
-    if (engine_ == nullptr) GTEST_SKIP() << "io_uring unavailable";
+    if (engine_ == nullptr) GTEST_SKIP() << UringSkipReason();
   }
   // Opens (creating) file `name`; returns -1 and skips when O_DIRECT is refused.
   int Open(const std::string& name, bool direct) {
@@ -841,6 +847,23 @@ TEST(MakeIoEngine, AutoFallsBackToPreadvWhenRingSetupFails) {
         << uring.status().ToString();
   }
   EXPECT_TRUE(uring_note.empty()) << uring_note;  // no silent fallback
+}
+
+// In a build without io_uring (FLATCAKE_WITH_URING=OFF) `uring` is refused with a message that
+// says so, and `auto` falls back to the preadv pool with a note that says why.
+TEST(MakeIoEngine, BuildWithoutUringRefusesUringAndAutoSaysWhy) {
+  if (UringIoEngine::CompiledIn()) GTEST_SKIP() << "this build has the io_uring engine";
+  std::string note;
+  auto uring = MakeIoEngine({IoEngineKind::kUring, 2, 32}, &note);
+  ASSERT_FALSE(uring.ok());
+  EXPECT_EQ(uring.status().code(), StatusCode::kUnsupported) << uring.status().ToString();
+  EXPECT_NE(uring.status().message().find("no io_uring"), std::string_view::npos)
+      << uring.status().ToString();
+  EXPECT_TRUE(note.empty()) << note;
+  auto any = MakeIoEngine({IoEngineKind::kAuto, 2, 32}, &note);
+  ASSERT_TRUE(any.ok()) << any.status().ToString();
+  EXPECT_EQ((*any)->name(), "preadv");
+  EXPECT_NE(note.find("no io_uring"), std::string::npos) << note;
 }
 
 TEST(MakeIoEngine, KindsAndNames) {

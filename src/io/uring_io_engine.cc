@@ -451,6 +451,8 @@ class UringIoEngine::Worker {
       vectored_sqes_{0}, submit_batches_{0}, reap_passes_{0}, cqes_reaped_{0};
 };
 
+bool UringIoEngine::CompiledIn() { return true; }
+
 Result<std::unique_ptr<UringIoEngine>> UringIoEngine::Create(const Options& options) {
   if (options.workers == 0 || options.queue_depth == 0) {
     return Status::InvalidArgument("uring engine needs workers >= 1 and queue_depth >= 1");

@@ -55,7 +55,10 @@ class UringIoEngine : public IoEngine {
   // Sets up every worker's ring; fails (e.g. io_uring disabled or unsupported, or a queue depth
   // beyond what a ring can hold) without side effects, so callers can fall back to another
   // engine.
+  // In a build without io_uring (FLATCAKE_WITH_URING) it always fails, with Unsupported.
   static Result<std::unique_ptr<UringIoEngine>> Create(const Options& options);
+  // Whether this build has the engine at all (false: Create always fails).
+  static bool CompiledIn();
   ~UringIoEngine() override;
   UringIoEngine(const UringIoEngine&) = delete;
   UringIoEngine& operator=(const UringIoEngine&) = delete;
