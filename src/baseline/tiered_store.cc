@@ -112,6 +112,7 @@ Status TieredStore::Init() {
   FC_ASSIGN_OR_RETURN(dram_, DramArena::Create(options_.dram_bytes, options_.huge_pages));
   // The arena rounds up to 2 MiB; the budget is what the caller asked for.
   dram_cap_ = options_.dram_bytes;
+  MutexLock lock(mu_);  // uncontended: Open has not returned the store yet
   stats_.dram.capacity_bytes = dram_cap_;
   stats_.ssd.capacity_bytes = ssd_ ? ssd_->capacity() : 0;
   return Status::OK();
@@ -135,13 +136,13 @@ Result<uint64_t> TieredStore::AllocateDram(uint64_t bytes) {
 }
 
 void TieredStore::EvictDown() {
-  std::lock_guard<std::mutex> evict_lock(evict_mu_);
+  MutexLock evict_lock(evict_mu_);
   const uint64_t target =
       static_cast<uint64_t>((options_.high_watermark - options_.eviction_ratio) * dram_cap_);
   std::vector<Victim> victims;
   uint64_t obj_bytes = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     uint64_t used = dram_->used();
     if (used <= target) return;  // another thread evicted meanwhile
     // Walk from the least recently used end; `next` is taken before the victim leaves the list.
@@ -167,7 +168,7 @@ void TieredStore::EvictDown() {
     }
   }
   Status st = WriteVictims(victims, obj_bytes);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!st.ok()) stats_.io_errors++;
   for (const Victim& v : victims) {
     Object& obj = objects_.at(v.key);
@@ -243,7 +244,7 @@ Status TieredStore::WriteVictims(std::vector<Victim>& victims, uint64_t obj_byte
     if (first.ok()) first = st;
   }
   if (first.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stats_.ssd.written_bytes += order.size() * obj_bytes;
   }
   return first;
@@ -364,7 +365,7 @@ Status TieredStore::Put(std::span<const Key> keys, const KvLayout& layout, const
   FC_RETURN_IF_ERROR(ValidateBuffers(src, layout, keys.size()));
   const uint64_t obj_bytes = ObjectBytes(layout);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (obj_bytes_ == 0) obj_bytes_ = obj_bytes;
     if (obj_bytes_ != obj_bytes) {
       return Status::InvalidArgument("tiered: every block must have the same layout (" +
@@ -376,7 +377,7 @@ Status TieredStore::Put(std::span<const Key> keys, const KvLayout& layout, const
   for (uint64_t b = 0; b < keys.size(); ++b) {
     bool repersist = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       auto [it, inserted] = objects_.try_emplace(keys[b]);
       Object& obj = it->second;
       if (!inserted) {
@@ -389,7 +390,7 @@ Status TieredStore::Put(std::span<const Key> keys, const KvLayout& layout, const
     auto off = AllocateDram(obj_bytes);
     // The object is invisible (writing) and its range is ours: copy without the lock.
     if (off.ok()) CopyBlockIn(src, layout, b, dram_->base() + *off);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     Object& obj = objects_.at(keys[b]);
     obj.writing = false;
     if (!off.ok()) {
@@ -412,7 +413,7 @@ Status TieredStore::Put(std::span<const Key> keys, const KvLayout& layout, const
 }
 
 size_t TieredStore::Exists(std::span<const Key> keys) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t n = 0;
   for (const Key& k : keys) {
     auto it = objects_.find(k);
@@ -428,27 +429,27 @@ size_t TieredStore::Exists(std::span<const Key> keys) {
 
 int64_t TieredStore::AcquireStaging(uint64_t bytes,
                                     std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(staging_mu_);
+  MutexLock lock(staging_mu_);
   for (;;) {
     auto off = staging_->Allocate(bytes);
     if (off.ok()) {
       staging_used_ += AlignUp(bytes, kAlign);
-      std::lock_guard<std::mutex> l2(mu_);
+      MutexLock l2(mu_);
       stats_.staging_peak_bytes = std::max(stats_.staging_peak_bytes, staging_used_);
       return static_cast<int64_t>(*off);
     }
     if (std::chrono::steady_clock::now() >= deadline) return -1;
-    staging_cv_.wait_until(lock, deadline);
+    staging_cv_.WaitUntil(staging_mu_, deadline);
   }
 }
 
 void TieredStore::ReleaseStaging(uint64_t off, uint64_t bytes) {
   {
-    std::lock_guard<std::mutex> lock(staging_mu_);
+    MutexLock lock(staging_mu_);
     staging_->Free(off, bytes);
     staging_used_ -= AlignUp(bytes, kAlign);
   }
-  staging_cv_.notify_all();
+  staging_cv_.NotifyAll();
 }
 
 Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayout& layout,
@@ -462,7 +463,7 @@ Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayo
   std::vector<uint32_t> dram_hits, ssd_hits;
   std::vector<uint64_t> dram_offs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (obj_bytes_ != 0 && obj_bytes_ != obj_bytes) {
       return Status::InvalidArgument("tiered: read layout " + layout.ToString() +
                                      " differs from the stored one");
@@ -486,7 +487,7 @@ Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayo
     r.found[dram_hits[h]] = 1;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (uint32_t i : dram_hits) UnpinDramLocked(keys[i]);
   }
   r.dram_hits = static_cast<uint32_t>(dram_hits.size());
@@ -505,7 +506,7 @@ Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayo
     if (soff < 0) keep = 0;
     const uint32_t revoked = static_cast<uint32_t>(ssd_hits.size() - keep);
     if (revoked > 0) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       stats_.revocations++;
       stats_.revoked_blocks += revoked;
       r.revoked = revoked;
@@ -518,7 +519,7 @@ Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayo
       std::vector<uint32_t> pinned_keys;
       std::vector<int64_t> pinned_buckets;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         const uint64_t fb = ssd_->file_bytes();
         for (uint32_t i : ssd_hits) {
           auto it = objects_.find(keys[i]);
@@ -591,7 +592,7 @@ Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayo
           r.bytes_from_ssd = uint64_t{r.ssd_hits} * layout.block_bytes();
           const uint32_t late = static_cast<uint32_t>(plan.slices.size() - landed);
           if (late > 0) {
-            std::lock_guard<std::mutex> lock(mu_);
+            MutexLock lock(mu_);
             if (r.revoked == 0) stats_.revocations++;
             stats_.revoked_blocks += late;
             r.revoked += late;
@@ -600,7 +601,7 @@ Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayo
         }
       }
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         for (int64_t id : pinned_buckets) {
           if (Bucket* b = FindBucketLocked(id)) b->pins--;
         }
@@ -629,7 +630,7 @@ Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayo
         st = ExecuteSync(*engine_, ops);
         uint64_t bytes = 0;
         for (const IoOp& op : ops) bytes += op.len;
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         stats_.ssd.read_bytes += bytes;
         stats_.promotion_read_bytes += bytes;
       }
@@ -637,7 +638,7 @@ Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayo
         for (size_t s = 0; s < plan.slices.size(); ++s) {
           const uint32_t ki = plan.slices[s].layer;
           {
-            std::lock_guard<std::mutex> lock(mu_);
+            MutexLock lock(mu_);
             auto it = objects_.find(keys[ki]);
             if (it == objects_.end() || it->second.dram_off >= 0 || it->second.writing ||
                 it->second.evicting || it->second.promoting) {
@@ -647,7 +648,7 @@ Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayo
           }
           auto off = AllocateDram(obj_bytes);
           if (off.ok()) std::memcpy(dram_->base() + *off, stage + pos[s], obj_bytes);
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(mu_);
           auto it = objects_.find(keys[ki]);
           if (it == objects_.end()) {
             if (off.ok()) dram_->Free(*off, obj_bytes);
@@ -671,7 +672,7 @@ Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayo
   }
   if (r.deliver_s == 0) r.deliver_s = Since(t0);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stats_.dram.read_bytes += r.bytes_from_dram;
     stats_.dram.delivered_bytes += r.bytes_from_dram;
   }
@@ -681,7 +682,7 @@ Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayo
 }
 
 TieredStats TieredStore::GetStats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   TieredStats s = stats_;
   s.dram.used_bytes = dram_->used();
   uint64_t d = 0, f = 0;

@@ -16,10 +16,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "io/io_engine.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake {
 
@@ -84,7 +84,7 @@ class UringIoEngine : public IoEngine {
 
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<uint64_t> next_worker_{0};
-  std::mutex register_mu_;  // serialises RegisterFiles / RegisterBuffers / UnregisterBuffers
+  Mutex register_mu_;  // serialises RegisterFiles / RegisterBuffers / UnregisterBuffers
   std::atomic<bool> files_registered_{false};
 };
 
