@@ -1,14 +1,15 @@
-# flatcake_test(NAME src1.cc [src2.cc ...] [LABELS l1 l2])
-# Builds a GoogleTest binary against libflatcake and registers it with ctest.
-function(flatcake_test name)
+# flatcake_test(NAME LIBRARY src1.cc [src2.cc ...] [LABELS l1 l2] [TIMEOUT seconds])
+# Builds a GoogleTest binary against LIBRARY (flatcake_store or flatcake_eval) and registers it
+# with ctest.
+function(flatcake_test name library)
   if(NOT FLATCAKE_BUILD_TESTS)
     return()
   endif()
   cmake_parse_arguments(ARG "" "TIMEOUT" "LABELS" ${ARGN})
   add_executable(${name} ${ARG_UNPARSED_ARGUMENTS})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
-  target_link_libraries(${name} PRIVATE flatcake GTest::gtest GTest::gtest_main
-    PkgConfig::XXHASH PkgConfig::URING nlohmann_json::nlohmann_json TBB::tbb)
+  target_link_libraries(${name} PRIVATE ${library} GTest::gtest GTest::gtest_main
+    PkgConfig::XXHASH)
   add_test(NAME ${name} COMMAND ${name})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
@@ -20,24 +21,38 @@ function(flatcake_test name)
   endif()
 endfunction()
 
-# flatcake_component(): adds every *.cc in the calling directory to libflatcake, except *_test.cc,
-# each of which becomes its own test binary. Tests whose name ends in _stress_test get the label
-# "stress"; a longer timeout applies to them.
+# flatcake_component([EXCLUDE file.cc ...]): adds every *.cc in the calling directory, except
+# *_test.cc and the EXCLUDEd files, to the library of its component (flatcake_store for those in
+# FLATCAKE_STORE_COMPONENTS, else flatcake_eval); each *_test.cc becomes its own test binary linked
+# against that library. Tests whose name ends in _stress_test get the label "stress"; a longer
+# timeout applies to them.
 function(flatcake_component)
+  cmake_parse_arguments(ARG "" "" "EXCLUDE" ${ARGN})
+  get_filename_component(component ${CMAKE_CURRENT_SOURCE_DIR} NAME)
+  if(component IN_LIST FLATCAKE_STORE_COMPONENTS)
+    set(library flatcake_store)
+  elseif(component IN_LIST FLATCAKE_EVAL_COMPONENTS)
+    set(library flatcake_eval)
+  else()
+    message(FATAL_ERROR "component '${component}' is in neither library's list (CMakeLists.txt)")
+  endif()
   file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
   file(GLOB tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cc)
   if(tests)
     list(REMOVE_ITEM sources ${tests})
   endif()
+  foreach(excluded ${ARG_EXCLUDE})
+    list(REMOVE_ITEM sources ${CMAKE_CURRENT_SOURCE_DIR}/${excluded})
+  endforeach()
   if(sources)
-    target_sources(flatcake PRIVATE ${sources})
+    target_sources(${library} PRIVATE ${sources})
   endif()
   foreach(test_src ${tests})
     get_filename_component(test_name ${test_src} NAME_WE)
     if(test_name MATCHES "_stress_test$")
-      flatcake_test(${test_name} ${test_src} LABELS stress TIMEOUT 900)
+      flatcake_test(${test_name} ${library} ${test_src} LABELS stress TIMEOUT 900)
     else()
-      flatcake_test(${test_name} ${test_src})
+      flatcake_test(${test_name} ${library} ${test_src})
     endif()
   endforeach()
 endfunction()

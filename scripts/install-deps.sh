@@ -7,7 +7,7 @@ packages=(
   liburing-dev libxxhash-dev libzstd-dev zlib1g-dev
   libcli11-dev nlohmann-json3-dev libtbb-dev
   pybind11-dev python3-dev python3-torch python3-numpy python3-pytest
-  clang-format gnuplot-nox
+  clang clang-format clang-tidy gnuplot-nox
 )
 missing=()
 for p in "${packages[@]}"; do

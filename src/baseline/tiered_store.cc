@@ -105,6 +105,7 @@ Status TieredStore::Init() {
   FC_ASSIGN_OR_RETURN(dram_, DramArena::Create(options_.dram_bytes, options_.huge_pages));
   // The arena rounds up to 2 MiB; the budget is what the caller asked for.
   dram_cap_ = options_.dram_bytes;
+  MutexLock lock(mu_);  // uncontended: Open has not returned the store yet
   stats_.dram.capacity_bytes = dram_cap_;
   stats_.ssd.capacity_bytes = ssd_ ? ssd_->capacity() : 0;
   return Status::OK();
@@ -128,13 +129,13 @@ Result<uint64_t> TieredStore::AllocateDram(uint64_t bytes) {
 }
 
 void TieredStore::EvictDown() {
-  std::lock_guard<std::mutex> evict_lock(evict_mu_);
+  MutexLock evict_lock(evict_mu_);
   const uint64_t target =
       static_cast<uint64_t>((options_.high_watermark - options_.eviction_ratio) * dram_cap_);
   std::vector<Victim> victims;
   uint64_t obj_bytes = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     uint64_t used = dram_->used();
     if (used <= target) return;  // another thread evicted meanwhile
     // Walk from the least recently used end; `next` is taken before the victim leaves the list.
@@ -160,7 +161,7 @@ void TieredStore::EvictDown() {
     }
   }
   Status st = WriteVictims(victims, obj_bytes);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!st.ok()) stats_.io_errors++;
   for (const Victim& v : victims) {
     Object& obj = objects_.at(v.key);
@@ -237,7 +238,7 @@ Status TieredStore::WriteVictims(std::vector<Victim>& victims, uint64_t obj_byte
     if (first.ok()) first = st;
   }
   if (first.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stats_.ssd.written_bytes += order.size() * obj_bytes;
   }
   return first;
@@ -358,7 +359,7 @@ Status TieredStore::Put(std::span<const Key> keys, const KvLayout& layout, const
   FC_RETURN_IF_ERROR(ValidateBuffers(src, layout, keys.size()));
   const uint64_t obj_bytes = ObjectBytes(layout);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (obj_bytes_ == 0) obj_bytes_ = obj_bytes;
     if (obj_bytes_ != obj_bytes) {
       return Status::InvalidArgument("tiered: every block must have the same layout (" +
@@ -370,7 +371,7 @@ Status TieredStore::Put(std::span<const Key> keys, const KvLayout& layout, const
   for (uint64_t b = 0; b < keys.size(); ++b) {
     bool repersist = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       auto [it, inserted] = objects_.try_emplace(keys[b]);
       Object& obj = it->second;
       if (!inserted) {
@@ -383,7 +384,7 @@ Status TieredStore::Put(std::span<const Key> keys, const KvLayout& layout, const
     auto off = AllocateDram(obj_bytes);
     // The object is invisible (writing) and its range is ours: copy without the lock.
     if (off.ok()) CopyBlockIn(src, layout, b, dram_->base() + *off);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     Object& obj = objects_.at(keys[b]);
     obj.writing = false;
     if (!off.ok()) {
@@ -406,7 +407,7 @@ Status TieredStore::Put(std::span<const Key> keys, const KvLayout& layout, const
 }
 
 size_t TieredStore::Exists(std::span<const Key> keys) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t n = 0;
   for (const Key& k : keys) {
     auto it = objects_.find(k);
@@ -422,27 +423,27 @@ size_t TieredStore::Exists(std::span<const Key> keys) {
 
 int64_t TieredStore::AcquireStaging(uint64_t bytes,
                                     std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(staging_mu_);
+  MutexLock lock(staging_mu_);
   for (;;) {
     auto off = staging_->Allocate(bytes);
     if (off.ok()) {
       staging_used_ += AlignUp(bytes, kAlign);
-      std::lock_guard<std::mutex> l2(mu_);
+      MutexLock l2(mu_);
       stats_.staging_peak_bytes = std::max(stats_.staging_peak_bytes, staging_used_);
       return static_cast<int64_t>(*off);
     }
     if (std::chrono::steady_clock::now() >= deadline) return -1;
-    staging_cv_.wait_until(lock, deadline);
+    staging_cv_.WaitUntil(staging_mu_, deadline);
   }
 }
 
 void TieredStore::ReleaseStaging(uint64_t off, uint64_t bytes) {
   {
-    std::lock_guard<std::mutex> lock(staging_mu_);
+    MutexLock lock(staging_mu_);
     staging_->Free(off, bytes);
     staging_used_ -= AlignUp(bytes, kAlign);
   }
-  staging_cv_.notify_all();
+  staging_cv_.NotifyAll();
 }
 
 Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayout& layout,
@@ -463,7 +464,7 @@ Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayo
   }
   if (r.deliver_s == 0) r.deliver_s = Since(t0);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stats_.dram.read_bytes += r.bytes_from_dram;
     stats_.dram.delivered_bytes += r.bytes_from_dram;
   }
@@ -474,7 +475,7 @@ Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayo
 
 Status TieredStore::FindAndPinHits(std::span<const Key> keys, const KvLayout& layout,
                                    uint64_t obj_bytes, Hits* hits) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (obj_bytes_ != 0 && obj_bytes_ != obj_bytes) {
     return Status::InvalidArgument("tiered: read layout " + layout.ToString() +
                                    " differs from the stored one");
@@ -502,7 +503,7 @@ void TieredStore::DeliverDramHits(std::span<const Key> keys, const KvLayout& lay
     r->found[hits.dram[h]] = 1;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (uint32_t i : hits.dram) UnpinDramLocked(keys[i]);
   }
   r->dram_hits = static_cast<uint32_t>(hits.dram.size());
@@ -530,7 +531,7 @@ Status TieredStore::DeliverSsdHits(std::span<const Key> keys, const KvLayout& la
   if (soff < 0) keep = 0;
   const uint32_t revoked = static_cast<uint32_t>(ssd_hits.size() - keep);
   if (revoked > 0) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     CountRevokedLocked(revoked, r);
   }
   if (keep == 0) return Status::OK();
@@ -562,14 +563,14 @@ Status TieredStore::DeliverSsdHits(std::span<const Key> keys, const KvLayout& la
       r->bytes_from_ssd = uint64_t{r->ssd_hits} * layout.block_bytes();
       const uint32_t late = static_cast<uint32_t>(plan.slices.size() - landed);
       if (late > 0) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         CountRevokedLocked(late, r);
       }
       plan.slices.resize(landed);  // only delivered objects are promoted
     }
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (int64_t id : pinned_buckets) {
       if (Bucket* b = FindBucketLocked(id)) b->pins--;
     }
@@ -596,7 +597,7 @@ std::vector<SliceRead> TieredStore::PinBucketsOfHits(std::span<const Key> keys,
   // Pin the buckets now (not while waiting for staging, so a long wait never blocks the ring);
   // an object whose bucket was dropped meanwhile is a miss.
   std::vector<SliceRead> slices;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t fb = ssd_->file_bytes();
   for (uint32_t i : ssd_hits) {
     auto it = objects_.find(keys[i]);
@@ -668,7 +669,7 @@ Status TieredStore::RereadForPromotion(const CoalescePlan& plan, uint8_t* stage,
   Status st = ExecuteSync(*engine_, ops);
   uint64_t bytes = 0;
   for (const IoOp& op : ops) bytes += op.len;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   stats_.ssd.read_bytes += bytes;
   stats_.promotion_read_bytes += bytes;
   return st;
@@ -679,7 +680,7 @@ void TieredStore::PromoteToDram(std::span<const Key> keys, const CoalescePlan& p
   for (size_t s = 0; s < plan.slices.size(); ++s) {
     const uint32_t ki = plan.slices[s].layer;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       auto it = objects_.find(keys[ki]);
       if (it == objects_.end() || it->second.dram_off >= 0 || it->second.writing ||
           it->second.evicting || it->second.promoting) {
@@ -689,7 +690,7 @@ void TieredStore::PromoteToDram(std::span<const Key> keys, const CoalescePlan& p
     }
     auto off = AllocateDram(obj_bytes);
     if (off.ok()) std::memcpy(dram_->base() + *off, stage + s * obj_bytes, obj_bytes);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = objects_.find(keys[ki]);
     if (it == objects_.end()) {
       if (off.ok()) dram_->Free(*off, obj_bytes);
@@ -709,7 +710,7 @@ void TieredStore::PromoteToDram(std::span<const Key> keys, const CoalescePlan& p
 }
 
 TieredStats TieredStore::GetStats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   TieredStats s = stats_;
   s.dram.used_bytes = dram_->used();
   uint64_t d = 0, f = 0;

@@ -26,12 +26,10 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -46,6 +44,7 @@
 #include "io/io_engine.h"
 #include "media/dram_arena.h"
 #include "media/ssd_file_pool.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake::baseline {
 
@@ -179,14 +178,15 @@ class TieredStore {
   // Allocates `bytes` of DRAM, evicting first when the watermark would be crossed.
   Result<uint64_t> AllocateDram(uint64_t bytes);
   void EvictDown();
-  // REQUIRES mu_. Reserves `bytes` in the open bucket (dropping old buckets for room); false when
-  // a pinned bucket is in the way.
-  bool AppendToBucketLocked(const Key& key, uint64_t bytes, int64_t* bucket, uint64_t* pool_off);
-  void DropOldestBucketLocked();
-  Bucket* FindBucketLocked(int64_t id);
-  void UnpinDramLocked(const Key& key);
-  void FreeDramLocked(Object& obj);
-  void TouchLocked(const Key& key, Object& obj);
+  // Reserves `bytes` in the open bucket (dropping old buckets for room); false when a pinned
+  // bucket is in the way.
+  bool AppendToBucketLocked(const Key& key, uint64_t bytes, int64_t* bucket, uint64_t* pool_off)
+      REQUIRES(mu_);
+  void DropOldestBucketLocked() REQUIRES(mu_);
+  Bucket* FindBucketLocked(int64_t id) REQUIRES(mu_);
+  void UnpinDramLocked(const Key& key) REQUIRES(mu_);
+  void FreeDramLocked(Object& obj) REQUIRES(mu_);
+  void TouchLocked(const Key& key, Object& obj) REQUIRES(mu_);
   Status WriteVictims(std::vector<Victim>& victims, uint64_t obj_bytes);
   // Waits for `bytes` of staging until `deadline`; returns the offset or -1 on timeout.
   int64_t AcquireStaging(uint64_t bytes, std::chrono::steady_clock::time_point deadline);
@@ -223,7 +223,7 @@ class TieredStore {
   void PromoteToDram(std::span<const Key> keys, const CoalescePlan& plan, const uint8_t* stage,
                      uint64_t obj_bytes);
   // REQUIRES mu_. Counts `blocks` revoked from the prefetch `r` (one revocation per prefetch).
-  void CountRevokedLocked(uint32_t blocks, TieredGetResult* r);
+  void CountRevokedLocked(uint32_t blocks, TieredGetResult* r) REQUIRES(mu_);
 
   const TieredStoreOptions options_;
   std::unique_ptr<DramArena> dram_;
@@ -232,22 +232,23 @@ class TieredStore {
   std::unique_ptr<IoEngine> engine_;
   uint64_t dram_cap_ = 0;
 
-  mutable std::mutex mu_;
-  std::unordered_map<Key, Object, KeyHash> objects_;
-  std::list<Key> lru_;          // front = most recently used
-  std::deque<Bucket> buckets_;  // creation order; front = oldest live
-  uint64_t next_bucket_id_ = 0;
-  bool bucket_open_ = false;
-  uint32_t head_file_ = 0;
-  uint64_t head_off_ = 0;
-  TieredStats stats_;
-  uint64_t obj_bytes_ = 0;  // object size of the one layout this store holds (0 = none yet)
+  mutable Mutex mu_;
+  std::unordered_map<Key, Object, KeyHash> objects_ GUARDED_BY(mu_);
+  std::list<Key> lru_ GUARDED_BY(mu_);          // front = most recently used
+  std::deque<Bucket> buckets_ GUARDED_BY(mu_);  // creation order; front = oldest live
+  uint64_t next_bucket_id_ GUARDED_BY(mu_) = 0;
+  bool bucket_open_ GUARDED_BY(mu_) = false;
+  uint32_t head_file_ GUARDED_BY(mu_) = 0;
+  uint64_t head_off_ GUARDED_BY(mu_) = 0;
+  TieredStats stats_ GUARDED_BY(mu_);
+  // Object size of the one layout this store holds (0 = none yet).
+  uint64_t obj_bytes_ GUARDED_BY(mu_) = 0;
 
-  std::mutex evict_mu_;
+  Mutex evict_mu_ ACQUIRED_BEFORE(mu_);  // one eviction pass at a time
 
-  std::mutex staging_mu_;
-  std::condition_variable staging_cv_;
-  uint64_t staging_used_ = 0;  // GUARDED_BY(staging_mu_)
+  Mutex staging_mu_ ACQUIRED_BEFORE(mu_);
+  CondVar staging_cv_;
+  uint64_t staging_used_ GUARDED_BY(staging_mu_) = 0;
 };
 
 }  // namespace flatcake::baseline

@@ -6,11 +6,11 @@ namespace flatcake {
 namespace {
 
 TEST(Gva, EncodeDecodeRoundTrip) {
-  constexpr Gva g = EncodeGva(MediaType::kSsd, 12, 0xABCDEF);
-  static_assert(GvaMediaBits(g) == 1 && GvaNode(g) == 12 && GvaOffset(g) == 0xABCDEF);
+  constexpr Gva kGva = EncodeGva(MediaType::kSsd, 12, 0xABCDEF);
+  static_assert(GvaMediaBits(kGva) == 1 && GvaNode(kGva) == 12 && GvaOffset(kGva) == 0xABCDEF);
   GvaSpace space;
   ASSERT_TRUE(space.AddNode(12, 1 << 20, 1ull << 30).ok());
-  auto f = space.Decode(g);
+  auto f = space.Decode(kGva);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   EXPECT_EQ(f->media, MediaType::kSsd);
   EXPECT_EQ(f->node, 12u);

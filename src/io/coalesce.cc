@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <bit>
 #include <limits>
-#include <mutex>
 #include <string>
 
 #include "util/align.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake {
 namespace {
@@ -38,21 +38,21 @@ namespace {
 class ScratchPool {
  public:
   HugeVector<uint64_t> Take() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (free_.empty()) return {};
     HugeVector<uint64_t> v = std::move(free_.back());
     free_.pop_back();
     return v;
   }
   void Give(HugeVector<uint64_t> v) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (free_.size() < kMaxKept) free_.push_back(std::move(v));
   }
 
  private:
   static constexpr size_t kMaxKept = 4;
-  std::mutex mu_;
-  std::vector<HugeVector<uint64_t>> free_;
+  Mutex mu_;
+  std::vector<HugeVector<uint64_t>> free_ GUARDED_BY(mu_);
 };
 
 ScratchPool& Scratch() {

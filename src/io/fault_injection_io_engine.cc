@@ -42,38 +42,38 @@ void FaultInjectionIoEngine::SetWriteError(int err, uint64_t every_nth) {
 }
 
 void FaultInjectionIoEngine::SetReadFault(const FaultSpec& spec) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   read_rule_ = Rule{spec};
 }
 
 void FaultInjectionIoEngine::SetWriteFault(const FaultSpec& spec) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   write_rule_ = Rule{spec};
 }
 
 void FaultInjectionIoEngine::ClearReads() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   read_rule_.reset();
 }
 
 void FaultInjectionIoEngine::ClearWrites() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   write_rule_.reset();
 }
 
 void FaultInjectionIoEngine::Clear() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   read_rule_.reset();
   write_rule_.reset();
 }
 
 FaultInjectionIoEngine::Counters FaultInjectionIoEngine::counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return counters_;
 }
 
 std::optional<FaultSpec> FaultInjectionIoEngine::Pick(const IoOp& op) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const bool read = op.opcode == IoOpcode::kRead;
   std::optional<Rule>& rule = read ? read_rule_ : write_rule_;
   if (!rule) return std::nullopt;

@@ -20,10 +20,10 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <optional>
 
 #include "io/io_engine.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake {
 
@@ -86,10 +86,10 @@ class FaultInjectionIoEngine : public IoEngine {
 
   std::unique_ptr<IoEngine> owned_;
   IoEngine* base_;
-  mutable std::mutex mu_;
-  std::optional<Rule> read_rule_;   // GUARDED_BY(mu_)
-  std::optional<Rule> write_rule_;  // GUARDED_BY(mu_)
-  Counters counters_;               // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::optional<Rule> read_rule_ GUARDED_BY(mu_);
+  std::optional<Rule> write_rule_ GUARDED_BY(mu_);
+  Counters counters_ GUARDED_BY(mu_);
 };
 
 }  // namespace flatcake

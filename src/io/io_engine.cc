@@ -1,13 +1,12 @@
 #include "io/io_engine.h"
 
 #include <algorithm>
-#include <condition_variable>
-#include <mutex>
 #include <string>
 
 #include "io/posix_io_engine.h"
 #include "io/preadv_io_engine.h"
 #include "io/uring_io_engine.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake {
 namespace {
@@ -24,21 +23,21 @@ class SyncSink : public IoCompletionSink {
  public:
   explicit SyncSink(size_t expected) : remaining_(expected) {}
   void OnIoComplete(uint64_t /*tag*/, const Status& status) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!status.ok() && first_error_.ok()) first_error_ = status;
-    if (--remaining_ == 0) cv_.notify_all();
+    if (--remaining_ == 0) cv_.NotifyAll();
   }
   Status Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return remaining_ == 0; });
+    MutexLock lock(mu_);
+    while (remaining_ != 0) cv_.Wait(mu_);
     return first_error_;
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  size_t remaining_;
-  Status first_error_;
+  Mutex mu_;
+  CondVar cv_;
+  size_t remaining_ GUARDED_BY(mu_);
+  Status first_error_ GUARDED_BY(mu_);
 };
 
 // Runs one ExecuteSyncBounded call: a sliding window of in-flight bytes over `ops`.
@@ -49,34 +48,34 @@ class BoundedRun : public IoCompletionSink {
 
   Status Run() {
     Pump();
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] {
-      return inflight_ops_ == 0 && callbacks_ == 0 && !pumping_ &&
-             (next_ == ops_.size() || !first_error_.ok());
-    });
+    MutexLock lock(mu_);
+    while (!(inflight_ops_ == 0 && callbacks_ == 0 && !pumping_ &&
+             (next_ == ops_.size() || !first_error_.ok()))) {
+      cv_.Wait(mu_);
+    }
     return first_error_;
   }
 
   void OnIoComplete(uint64_t tag, const Status& status) override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (!status.ok() && first_error_.ok()) first_error_ = status;
       inflight_bytes_ -= ops_[tag].len;
       --inflight_ops_;
       ++callbacks_;  // Run may not return (and free this) while the pump below runs
     }
     Pump();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     --callbacks_;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 
  private:
   // Submits the ops that fit. One thread at a time does it, outside the lock (an engine may
   // complete ops inside Submit, whose completions then find pumping_ set and leave the room
   // they freed to this loop's next pass).
-  void Pump() {
-    std::unique_lock<std::mutex> lock(mu_);
+  void Pump() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (pumping_) return;
     pumping_ = true;
     std::vector<IoOp> batch;
@@ -90,9 +89,9 @@ class BoundedRun : public IoCompletionSink {
         ++inflight_ops_;
       }
       if (batch.empty()) break;
-      lock.unlock();
+      lock.Unlock();
       engine_.Submit(batch, this);
-      lock.lock();
+      lock.Lock();
     }
     pumping_ = false;
   }
@@ -100,14 +99,14 @@ class BoundedRun : public IoCompletionSink {
   IoEngine& engine_;
   const std::span<const IoOp> ops_;
   const uint64_t budget_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  size_t next_ = 0;              // GUARDED_BY(mu_): first op not yet submitted
-  uint64_t inflight_bytes_ = 0;  // GUARDED_BY(mu_)
-  size_t inflight_ops_ = 0;      // GUARDED_BY(mu_)
-  bool pumping_ = false;         // GUARDED_BY(mu_)
-  size_t callbacks_ = 0;         // GUARDED_BY(mu_): OnIoComplete calls not yet finished
-  Status first_error_;           // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  size_t next_ GUARDED_BY(mu_) = 0;  // first op not yet submitted
+  uint64_t inflight_bytes_ GUARDED_BY(mu_) = 0;
+  size_t inflight_ops_ GUARDED_BY(mu_) = 0;
+  bool pumping_ GUARDED_BY(mu_) = false;
+  size_t callbacks_ GUARDED_BY(mu_) = 0;  // OnIoComplete calls not yet finished
+  Status first_error_ GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -189,8 +188,11 @@ Result<std::unique_ptr<IoEngine>> MakeIoEngine(const IoEngineOptions& options, s
           UringIoEngine::Create(UringIoEngine::Options{options.workers, options.queue_depth});
       if (uring.ok()) return std::unique_ptr<IoEngine>(std::move(uring).value());
       if (note != nullptr) {
-        *note = "io_uring unavailable (" + uring.status().ToString() +
-                "); using the preadv thread pool";
+        *note = UringIoEngine::CompiledIn()
+                    ? "io_uring unavailable (" + uring.status().ToString() +
+                          "); using the preadv thread pool"
+                    : "this build has no io_uring (configured without liburing or with "
+                      "FLATCAKE_WITH_URING=OFF); using the preadv thread pool";
       }
       return std::unique_ptr<IoEngine>(
           std::make_unique<PreadvIoEngine>(PreadvIoEngine::ThreadsFor(options)));

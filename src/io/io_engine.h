@@ -128,7 +128,8 @@ struct IoEngineOptions {
 };
 
 // Creates an engine. kAuto tries io_uring first and falls back to the preadv pool when ring setup
-// fails (the fallback is recorded in *note, when given).
+// fails or the build has no io_uring (the fallback is recorded in *note, when given). kUring in
+// such a build fails with Unsupported.
 Result<std::unique_ptr<IoEngine>> MakeIoEngine(const IoEngineOptions& options,
                                                std::string* note = nullptr);
 

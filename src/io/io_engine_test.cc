@@ -427,6 +427,23 @@ TEST(MakeIoEngine, AutoFallsBackToPreadvWhenRingSetupFails) {
   EXPECT_TRUE(uring_note.empty()) << uring_note;  // no silent fallback
 }
 
+// In a build without io_uring (FLATCAKE_WITH_URING=OFF) `uring` is refused with a message that
+// says so, and `auto` falls back to the preadv pool with a note that says why.
+TEST(MakeIoEngine, BuildWithoutUringRefusesUringAndAutoSaysWhy) {
+  if (UringIoEngine::CompiledIn()) GTEST_SKIP() << "this build has the io_uring engine";
+  std::string note;
+  auto uring = MakeIoEngine({IoEngineKind::kUring, 2, 32}, &note);
+  ASSERT_FALSE(uring.ok());
+  EXPECT_EQ(uring.status().code(), StatusCode::kUnsupported) << uring.status().ToString();
+  EXPECT_NE(uring.status().message().find("no io_uring"), std::string_view::npos)
+      << uring.status().ToString();
+  EXPECT_TRUE(note.empty()) << note;
+  auto any = MakeIoEngine({IoEngineKind::kAuto, 2, 32}, &note);
+  ASSERT_TRUE(any.ok()) << any.status().ToString();
+  EXPECT_EQ((*any)->name(), "preadv");
+  EXPECT_NE(note.find("no io_uring"), std::string::npos) << note;
+}
+
 TEST(MakeIoEngine, KindsAndNames) {
   for (auto kind :
        {IoEngineKind::kAuto, IoEngineKind::kUring, IoEngineKind::kPreadv, IoEngineKind::kPosix}) {

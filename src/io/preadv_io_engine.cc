@@ -26,10 +26,10 @@ PreadvIoEngine::PreadvIoEngine(uint32_t threads, uint64_t max_chunk) : max_chunk
 
 PreadvIoEngine::~PreadvIoEngine() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   for (auto& t : threads_) t.join();
 }
 
@@ -45,13 +45,13 @@ Status PreadvIoEngine::RegisterFiles(std::span<const int> fds) {
 void PreadvIoEngine::Submit(std::span<const IoOp> ops, IoCompletionSink* sink) {
   if (ops.empty()) return;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const IoOp& op : ops) queue_.push_back(Pending{op, sink});
   }
   if (ops.size() == 1) {
-    cv_.notify_one();
+    cv_.NotifyOne();
   } else {
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 }
 
@@ -60,8 +60,8 @@ void PreadvIoEngine::Run() {
   for (;;) {
     batch.clear();
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      MutexLock lock(mu_);
+      while (!stop_ && queue_.empty()) cv_.Wait(mu_);
       if (queue_.empty()) return;  // stop_ and drained
       batch.push_back(queue_.front());
       queue_.pop_front();

@@ -10,14 +10,13 @@
 // Submit and read-only afterwards. The destructor finishes every queued op before returning.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "io/io_engine.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake {
 
@@ -49,10 +48,10 @@ class PreadvIoEngine : public IoEngine {
 
   const uint64_t max_chunk_;
   std::vector<int> fds_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Pending> queue_;  // GUARDED_BY(mu_)
-  bool stop_ = false;          // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<Pending> queue_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

@@ -46,32 +46,32 @@ Status ReaderHandle::WaitLayer(uint32_t layer) {
     return Status::InvalidArgument("layer " + std::to_string(layer) + " out of range (" +
                                    std::to_string(num_layers_) + " layers)");
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return layer_left_[layer] == 0; });
+  MutexLock lock(mu_);
+  while (layer_left_[layer] != 0) cv_.Wait(mu_);
   return layer_status_[layer];
 }
 
 Status ReaderHandle::Wait() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return done_; });
+  MutexLock lock(mu_);
+  while (!done_) cv_.Wait(mu_);
   return first_error_;
 }
 
 void ReaderHandle::Cancel(const Status& why) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (done_) return;
     if (first_error_.ok()) first_error_ = why;
     failed_.store(true, std::memory_order_relaxed);
   }
   // Wakes the issuer thread, which fails the reads not yet issued (once this restore is at the
   // front of its queue).
-  std::lock_guard<std::mutex> lock(reader_->mu_);
-  reader_->cv_.notify_all();
+  MutexLock lock(reader_->mu_);
+  reader_->cv_.NotifyAll();
 }
 
 bool ReaderHandle::done() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return done_;
 }
 
@@ -105,7 +105,7 @@ void ReaderHandle::OnIoComplete(uint64_t tag, const Status& status) {
     // until then other ops may still be writing into the destinations.
     Status combined;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (!status.ok() && rs.op_error.ok()) rs.op_error = status;
       if (--rs.ops_left > 0) return;
       combined = rs.op_error;
@@ -156,7 +156,7 @@ void ReaderHandle::CompleteRead(uint32_t idx, const Status& status) {
   // fit, and must already see that this restore failed (after the first error it issues nothing
   // more).
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (uint32_t k = r.first_slice; k < r.first_slice + r.slice_count; ++k) {
       const SliceRead& s = plan_.slices[k];
       uint64_t lo, hi;
@@ -169,7 +169,7 @@ void ReaderHandle::CompleteRead(uint32_t idx, const Status& status) {
       if (first_error_.ok()) first_error_ = status;
       failed_.store(true, std::memory_order_relaxed);
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   reader_->Release(rs, r.len);
   ReportLayers();
@@ -177,7 +177,7 @@ void ReaderHandle::CompleteRead(uint32_t idx, const Status& status) {
   // to zero may release the last reference.
   bool finished;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     finished = --reads_left_ == 0;
   }
   if (!finished) return;
@@ -187,11 +187,11 @@ void ReaderHandle::CompleteRead(uint32_t idx, const Status& status) {
   std::shared_ptr<ReaderHandle> self;
   Status final_status;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     done_ = true;
     self = std::move(keepalive_);
     final_status = first_error_;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   if (on_done_) on_done_(final_status, stats());
   // `self` may drop the last reference here, after the lock is released.
@@ -199,10 +199,10 @@ void ReaderHandle::CompleteRead(uint32_t idx, const Status& status) {
 
 void ReaderHandle::ReportLayers() {
   if (!on_layer_) return;
-  std::lock_guard<std::mutex> report(report_mu_);
+  MutexLock report(report_mu_);
   std::vector<std::pair<uint32_t, Status>> ready;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     while (next_report_ < num_layers_ && layer_left_[next_report_] == 0) {
       ready.emplace_back(next_report_, layer_status_[next_report_]);
       ++next_report_;
@@ -311,10 +311,10 @@ Result<std::unique_ptr<RestoreReader>> RestoreReader::Create(IoEngine& engine,
 
 RestoreReader::~RestoreReader() {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return active_ == 0; });
+    cv_.NotifyAll();
+    while (active_ != 0) cv_.Wait(mu_);
   }
   if (issuer_.joinable()) issuer_.join();
   if (window_registered_) {
@@ -342,9 +342,12 @@ Result<std::shared_ptr<ReaderHandle>> RestoreReader::Start(
                                                    std::move(on_layer), std::move(on_slice)));
   h->on_done_ = std::move(on_done);
   const CoalescePlan& p = h->plan_;
-  h->layer_left_.assign(num_layers, 0);
-  h->layer_status_.assign(num_layers, Status::OK());
-  for (const auto& s : p.slices) h->layer_left_[s.layer] += s.len;
+  {
+    MutexLock lock(h->mu_);  // uncontended: no other thread has the handle yet
+    h->layer_left_.assign(num_layers, 0);
+    h->layer_status_.assign(num_layers, Status::OK());
+    for (const auto& s : p.slices) h->layer_left_[s.layer] += s.len;
+  }
 
   // Per read: the earliest layer it serves (issue order) and whether it can land in place.
   const size_t n = p.reads.size();
@@ -402,20 +405,24 @@ Result<std::shared_ptr<ReaderHandle>> RestoreReader::Start(
 
   h->ReportLayers();  // layers without slices
   if (n == 0) {
+    MutexLock lock(h->mu_);
     h->done_ = true;
     if (h->on_done_) h->on_done_(Status::OK(), h->stats());
     return h;
   }
-  h->reads_left_ = n;
+  {
+    MutexLock lock(h->mu_);
+    h->reads_left_ = n;
+    h->keepalive_ = h;
+  }
   h->device_left_.store(n, std::memory_order_relaxed);
   h->after_ = std::move(after);
-  h->keepalive_ = h;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ++active_;
     queue_.push_back(h);
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   return h;
 }
 
@@ -425,7 +432,7 @@ Status RestoreReader::Restore(std::span<const SliceRead> slices) {
 }
 
 ReaderStats RestoreReader::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return totals_;
 }
 
@@ -449,7 +456,7 @@ uint64_t RestoreReader::RingAllocate(uint64_t len) {
 
 void RestoreReader::Release(const ReaderHandle::ReadState& read, uint64_t len) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!read.issued) return;  // skipped after an error: it never took any budget
     inflight_ -= std::min(inflight_, len);
     if (read.mode == ReaderHandle::Mode::kScattered && read.ring_pos != kNone) {
@@ -466,7 +473,7 @@ void RestoreReader::Release(const ReaderHandle::ReadState& read, uint64_t len) {
 }
 
 void RestoreReader::HandleDone(const ReaderStats& s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   totals_.reads_issued += s.reads_issued;
   totals_.bytes_read += s.bytes_read;
   totals_.bytes_delivered += s.bytes_delivered;
@@ -476,7 +483,7 @@ void RestoreReader::HandleDone(const ReaderStats& s) {
   totals_.vectored_reads += s.vectored_reads;
   totals_.vectored_ops += s.vectored_ops;
   --active_;
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void RestoreReader::AppendVectoredOps(ReaderHandle& h, uint32_t idx, std::vector<IoOp>* batch) {
@@ -562,9 +569,9 @@ void RestoreReader::IssueFreedSpace() {
   thread_local std::vector<IoOp> batch;
   std::shared_ptr<ReaderHandle> h;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (submitting) {
-      cv_.notify_all();
+      cv_.NotifyAll();
       return;
     }
     batch.clear();
@@ -572,7 +579,7 @@ void RestoreReader::IssueFreedSpace() {
     h = TakeBatch(&batch, nullptr, &full);
     // The issuer thread takes over what this pass leaves while there is still room: the next
     // restore once this one is all issued, or the reads of a restore that failed.
-    if (!full && !queue_.empty()) cv_.notify_all();
+    if (!full && !queue_.empty()) cv_.NotifyAll();
   }
   if (batch.empty()) return;
   submitting = true;
@@ -588,13 +595,13 @@ void RestoreReader::IssueLoop() {
     skipped.clear();
     std::shared_ptr<ReaderHandle> h;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      MutexLock lock(mu_);
+      while (!stop_ && queue_.empty()) cv_.Wait(mu_);
       if (queue_.empty()) return;  // stopping, nothing left to issue
       bool full;
       h = TakeBatch(&batch, &skipped, &full);
       if (batch.empty() && skipped.empty()) {
-        if (full) cv_.wait(lock);  // window full: wait for a completion to free space
+        if (full) cv_.Wait(mu_);  // window full: wait for a completion to free space
         continue;
       }
     }
@@ -602,7 +609,7 @@ void RestoreReader::IssueLoop() {
     for (uint32_t idx : skipped) {
       Status first;
       {
-        std::lock_guard<std::mutex> lock(h->mu_);
+        MutexLock lock(h->mu_);
         first = h->first_error_;
       }
       h->ReadBack();

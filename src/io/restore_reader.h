@@ -40,18 +40,17 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "io/coalesce.h"
 #include "io/io_engine.h"
 #include "util/aligned_buffer.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake {
 
@@ -132,9 +131,11 @@ class ReaderHandle : public IoCompletionSink {
     bool issued = false;     // holds window space or in-flight budget until it completes
     uint32_t iov_first = 0;  // vectored: its entries are iov_[iov_first, iov_first + iov_count)
     uint32_t iov_count = 0;
-    uint32_t ops = 1;       // engine ops the read is issued as
-    uint32_t ops_left = 1;  // GUARDED_BY(mu_) when ops > 1: ops not yet completed
-    Status op_error;        // GUARDED_BY(mu_): first error among the read's ops
+    uint32_t ops = 1;  // engine ops the read is issued as
+    // The handle's mu_ guards these two when ops > 1 (not expressible as GUARDED_BY on a member of
+    // a nested struct).
+    uint32_t ops_left = 1;  // ops not yet completed
+    Status op_error;        // first error among the read's ops
   };
   ReaderHandle(RestoreReader* reader, CoalescePlan plan, uint32_t num_layers, LayerCallback cb,
                SliceCallback on_slice);
@@ -158,7 +159,9 @@ class ReaderHandle : public IoCompletionSink {
   std::vector<ReadState> reads_;
   std::vector<iovec> iov_;  // iovec lists of the vectored reads; fixed once Start returns
   std::vector<uint32_t> issue_order_;  // read indices, earliest layer first
-  size_t next_issue_ = 0;              // GUARDED_BY(reader_->mu_)
+  // Guarded by reader_->mu_; not annotated: RestoreReader is incomplete here, and TakeBatch, which
+  // holds its own mu_, could not tell the analysis that it is reader_'s.
+  size_t next_issue_ = 0;
   std::atomic<bool> failed_{false};
   // Reads not yet back from the device (landed, failed, or skipped after an error). A restore
   // started after this one issues once it is 0.
@@ -167,16 +170,16 @@ class ReaderHandle : public IoCompletionSink {
   // are never destroyed under the reader's lock.
   std::shared_ptr<ReaderHandle> after_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<uint64_t> layer_left_;         // GUARDED_BY(mu_): bytes not yet landed per layer
-  std::vector<Status> layer_status_;         // GUARDED_BY(mu_)
-  size_t reads_left_ = 0;                    // GUARDED_BY(mu_)
-  uint32_t next_report_ = 0;                 // GUARDED_BY(mu_)
-  Status first_error_;                       // GUARDED_BY(mu_)
-  bool done_ = false;                        // GUARDED_BY(mu_)
-  std::shared_ptr<ReaderHandle> keepalive_;  // GUARDED_BY(mu_): set while reads are pending
-  std::mutex report_mu_;                     // serialises callbacks so they run in layer order
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::vector<uint64_t> layer_left_ GUARDED_BY(mu_);  // bytes not yet landed per layer
+  std::vector<Status> layer_status_ GUARDED_BY(mu_);
+  size_t reads_left_ GUARDED_BY(mu_) = 0;
+  uint32_t next_report_ GUARDED_BY(mu_) = 0;
+  Status first_error_ GUARDED_BY(mu_);
+  bool done_ GUARDED_BY(mu_) = false;
+  std::shared_ptr<ReaderHandle> keepalive_ GUARDED_BY(mu_);  // set while reads are pending
+  Mutex report_mu_;  // serialises callbacks so they run in layer order
 
   std::atomic<uint64_t> reads_issued_{0}, bytes_read_{0}, bytes_delivered_{0}, direct_{0},
       scattered_{0}, vectored_{0}, vectored_ops_{0};
@@ -223,9 +226,9 @@ class RestoreReader {
   // returns that restore (null when none is queued). Reads of a failed restore go to `*skipped`;
   // with skipped == nullptr it stops there instead. *window_full tells whether it stopped for
   // lack of window space or because the restore waits for the one it was started after (either
-  // way a completion wakes it). REQUIRES: mu_ held.
+  // way a completion wakes it).
   std::shared_ptr<ReaderHandle> TakeBatch(std::vector<IoOp>* batch, std::vector<uint32_t>* skipped,
-                                          bool* window_full);
+                                          bool* window_full) REQUIRES(mu_);
   // Called by the thread that just freed window space (an I/O worker, in Release): submits the
   // reads that now fit itself, so the device is fed without waking the issuer thread and waiting
   // for it to be scheduled (on a busy machine, behind the very workers that are copying).
@@ -236,7 +239,7 @@ class RestoreReader {
   // Appends the ops of vectored read `idx` (max_iovecs entries each) to `*batch`.
   void AppendVectoredOps(ReaderHandle& h, uint32_t idx, std::vector<IoOp>* batch);
   // Staging ring: returns the absolute position of `len` bytes, or ~0 when they do not fit now.
-  uint64_t RingAllocate(uint64_t len);  // REQUIRES: mu_ held
+  uint64_t RingAllocate(uint64_t len) REQUIRES(mu_);
   // Gives a landed (or failed) read's window space back and issues what now fits.
   void Release(const ReaderHandle::ReadState& read, uint64_t len);
   void HandleDone(const ReaderStats& s);
@@ -250,21 +253,21 @@ class RestoreReader {
   AlignedBuffer discard_;  // sink for unwanted bytes of vectored reads; empty when disabled
   uint64_t discard_bytes_ = 0;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // window space freed, work queued, handle finished
+  mutable Mutex mu_;
+  CondVar cv_;  // window space freed, work queued, handle finished
   struct RingBlock {
     uint64_t start;
     uint64_t len;
     bool freed;
   };
-  std::deque<RingBlock> ring_;                       // GUARDED_BY(mu_), in start order
-  uint64_t ring_head_ = 0;                           // GUARDED_BY(mu_)
-  uint64_t ring_tail_ = 0;                           // GUARDED_BY(mu_)
-  uint64_t inflight_ = 0;                            // GUARDED_BY(mu_); bytes of issued reads
-  std::deque<std::shared_ptr<ReaderHandle>> queue_;  // GUARDED_BY(mu_)
-  size_t active_ = 0;                                // GUARDED_BY(mu_): restores not yet done
-  bool stop_ = false;                                // GUARDED_BY(mu_)
-  ReaderStats totals_;                               // GUARDED_BY(mu_)
+  std::deque<RingBlock> ring_ GUARDED_BY(mu_);  // in start order
+  uint64_t ring_head_ GUARDED_BY(mu_) = 0;
+  uint64_t ring_tail_ GUARDED_BY(mu_) = 0;
+  uint64_t inflight_ GUARDED_BY(mu_) = 0;  // bytes of issued reads
+  std::deque<std::shared_ptr<ReaderHandle>> queue_ GUARDED_BY(mu_);
+  size_t active_ GUARDED_BY(mu_) = 0;  // restores not yet done
+  bool stop_ GUARDED_BY(mu_) = false;
+  ReaderStats totals_ GUARDED_BY(mu_);
   std::thread issuer_;
 };
 

@@ -301,6 +301,8 @@ TEST_P(RestoreTest, TheFirstRestoresLayerIsReportedBeforeTheRestLands) {
 }
 
 struct LocksTheReaderWhenDestroyed {
+  // A constructor, not aggregate init: clang 14 has no parenthesised aggregate init (make_shared).
+  explicit LocksTheReaderWhenDestroyed(RestoreReader* r) : reader(r) {}
   RestoreReader* reader;
   ~LocksTheReaderWhenDestroyed() { (void)reader->stats(); }
 };

@@ -12,9 +12,10 @@
 #include <deque>
 #include <functional>
 #include <future>
-#include <mutex>
 #include <string>
 #include <thread>
+
+#include "util/thread_annotations.h"
 
 namespace flatcake {
 namespace {
@@ -43,7 +44,7 @@ class UringIoEngine::Worker {
   ~Worker() {
     if (thread_.joinable()) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         stop_ = true;
       }
       Wake();
@@ -66,7 +67,7 @@ class UringIoEngine::Worker {
   void Enqueue(std::vector<IoOp>& ops, IoCompletionSink* sink) {
     bool wake;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       for (const IoOp& op : ops) queue_.push_back(Pending{op, sink});
       queued_.store(true, std::memory_order_relaxed);
       wake = idle_;
@@ -81,7 +82,7 @@ class UringIoEngine::Worker {
     control->fn = std::move(fn);
     auto done = control->done.get_future();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       controls_.push_back(control);
       idle_ = false;
     }
@@ -320,8 +321,8 @@ class UringIoEngine::Worker {
     }
   }
 
-  // Moves queued ops into the ring while it has room. REQUIRES: mu_ held.
-  void TakeQueued(std::vector<Pending>* taken) {
+  // Moves queued ops into the ring while it has room.
+  void TakeQueued(std::vector<Pending>* taken) REQUIRES(mu_) {
     while (inflight_ + taken->size() < depth_ && !queue_.empty()) {
       taken->push_back(queue_.front());
       queue_.pop_front();
@@ -359,7 +360,7 @@ class UringIoEngine::Worker {
   void SubmitQueued() {
     taken_mid_pass_.clear();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       TakeQueued(&taken_mid_pass_);
     }
     PrepTaken(taken_mid_pass_);
@@ -387,7 +388,7 @@ class UringIoEngine::Worker {
       bool stopping;
       bool more;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         controls.swap(controls_);
         TakeQueued(&taken);
         idle_ = queue_.empty() && controls_.empty();
@@ -423,11 +424,11 @@ class UringIoEngine::Worker {
   int efd_ = -1;
   std::thread thread_;
 
-  std::mutex mu_;
-  std::deque<Pending> queue_;                       // GUARDED_BY(mu_)
-  std::vector<std::shared_ptr<Control>> controls_;  // GUARDED_BY(mu_)
-  bool idle_ = false;                               // GUARDED_BY(mu_): worker may be asleep
-  bool stop_ = false;                               // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::deque<Pending> queue_ GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Control>> controls_ GUARDED_BY(mu_);
+  bool idle_ GUARDED_BY(mu_) = false;  // worker may be asleep
+  bool stop_ GUARDED_BY(mu_) = false;
 
   // Worker-thread state.
   io_uring ring_{};
@@ -451,6 +452,8 @@ class UringIoEngine::Worker {
       vectored_sqes_{0}, submit_batches_{0}, reap_passes_{0}, cqes_reaped_{0};
 };
 
+bool UringIoEngine::CompiledIn() { return true; }
+
 Result<std::unique_ptr<UringIoEngine>> UringIoEngine::Create(const Options& options) {
   if (options.workers == 0 || options.queue_depth == 0) {
     return Status::InvalidArgument("uring engine needs workers >= 1 and queue_depth >= 1");
@@ -467,7 +470,7 @@ Result<std::unique_ptr<UringIoEngine>> UringIoEngine::Create(const Options& opti
 UringIoEngine::~UringIoEngine() = default;
 
 Status UringIoEngine::RegisterFiles(std::span<const int> fds) {
-  std::lock_guard<std::mutex> lock(register_mu_);
+  MutexLock lock(register_mu_);
   bool all = true;
   for (auto& w : workers_) {
     all = w->RunOnWorker([&w, fds] { return w->SetFiles(fds); }).ok() && all;
@@ -477,7 +480,7 @@ Status UringIoEngine::RegisterFiles(std::span<const int> fds) {
 }
 
 Status UringIoEngine::RegisterBuffers(std::span<const IoBufferRegion> regions) {
-  std::lock_guard<std::mutex> lock(register_mu_);
+  MutexLock lock(register_mu_);
   Status first;
   for (auto& w : workers_) {
     std::vector<IoBufferRegion> all = w->regions();
@@ -489,7 +492,7 @@ Status UringIoEngine::RegisterBuffers(std::span<const IoBufferRegion> regions) {
 }
 
 void UringIoEngine::UnregisterBuffers(std::span<const IoBufferRegion> regions) {
-  std::lock_guard<std::mutex> lock(register_mu_);
+  MutexLock lock(register_mu_);
   for (auto& w : workers_) {
     std::vector<IoBufferRegion> keep;
     for (const auto& r : w->regions()) {

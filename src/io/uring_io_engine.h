@@ -16,10 +16,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "io/io_engine.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake {
 
@@ -55,7 +55,10 @@ class UringIoEngine : public IoEngine {
   // Sets up every worker's ring; fails (e.g. io_uring disabled or unsupported, or a queue depth
   // beyond what a ring can hold) without side effects, so callers can fall back to another
   // engine.
+  // In a build without io_uring (FLATCAKE_WITH_URING) it always fails, with Unsupported.
   static Result<std::unique_ptr<UringIoEngine>> Create(const Options& options);
+  // Whether this build has the engine at all (false: Create always fails).
+  static bool CompiledIn();
   ~UringIoEngine() override;
   UringIoEngine(const UringIoEngine&) = delete;
   UringIoEngine& operator=(const UringIoEngine&) = delete;
@@ -81,7 +84,7 @@ class UringIoEngine : public IoEngine {
 
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<uint64_t> next_worker_{0};
-  std::mutex register_mu_;  // serialises RegisterFiles / RegisterBuffers / UnregisterBuffers
+  Mutex register_mu_;  // serialises RegisterFiles / RegisterBuffers / UnregisterBuffers
   std::atomic<bool> files_registered_{false};
 };
 

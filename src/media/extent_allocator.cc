@@ -32,7 +32,7 @@ Result<uint64_t> ExtentAllocator::Allocate(uint64_t bytes, uint64_t hint) {
     return Status::InvalidArgument("allocation of " + std::to_string(want) + " bytes exceeds the " +
                                    std::to_string(boundary_) + "-byte file size");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (hint != kNoHint) {
     // The free range that starts at or before the hint, if it covers [hint, hint + want).
     auto it = free_.upper_bound(hint);
@@ -56,7 +56,7 @@ Result<uint64_t> ExtentAllocator::Allocate(uint64_t bytes, uint64_t hint) {
 
 void ExtentAllocator::Free(uint64_t offset, uint64_t bytes) {
   const uint64_t len = AlignUp(bytes, alignment_);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   used_ -= len;
   auto it = free_.emplace(offset, len).first;
   auto mergeable = [&](uint64_t end) { return boundary_ == 0 || end % boundary_ != 0; };
@@ -76,19 +76,19 @@ void ExtentAllocator::Free(uint64_t offset, uint64_t bytes) {
 }
 
 uint64_t ExtentAllocator::used() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return used_;
 }
 
 uint64_t ExtentAllocator::largest_free() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   uint64_t best = 0;
   for (const auto& [off, len] : free_) best = std::max(best, len);
   return best;
 }
 
 size_t ExtentAllocator::free_ranges() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return free_.size();
 }
 

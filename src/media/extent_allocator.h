@@ -12,9 +12,9 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 
 #include "flatcake/status.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake {
 
@@ -39,15 +39,16 @@ class ExtentAllocator {
   size_t free_ranges() const;
 
  private:
-  // Takes [off, off + len) out of the free range at `it`. REQUIRES: mu_ held, range inside it.
-  void Carve(std::map<uint64_t, uint64_t>::iterator it, uint64_t off, uint64_t len);
+  // Takes [off, off + len) out of the free range at `it`. REQUIRES: range inside it.
+  void Carve(std::map<uint64_t, uint64_t>::iterator it, uint64_t off, uint64_t len) REQUIRES(mu_);
 
   const uint64_t capacity_;
   const uint64_t boundary_;
   const uint64_t alignment_;
-  mutable std::mutex mu_;
-  std::map<uint64_t, uint64_t> free_;  // offset -> length; neighbours merged unless at a boundary
-  uint64_t used_ = 0;
+  mutable Mutex mu_;
+  // offset -> length; neighbours merged unless at a boundary
+  std::map<uint64_t, uint64_t> free_ GUARDED_BY(mu_);
+  uint64_t used_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace flatcake

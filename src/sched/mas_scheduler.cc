@@ -21,7 +21,7 @@ MasScheduler::MasScheduler(const MasSchedulerOptions& options, PrefetchExecutor*
 MasScheduler::~MasScheduler() { (void)Shutdown(); }
 
 Status MasScheduler::Submit(RestoreRequest request) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   if (shutdown_) return Status::Aborted("sched: scheduler is shut down");
   const int64_t now = clock_();
   if (request.arrival_ns == kStampOnSubmit) request.arrival_ns = now;
@@ -29,90 +29,90 @@ Status MasScheduler::Submit(RestoreRequest request) {
   ++stats_.submitted;
   if (ClassifyRestore(request.slowest_gva) == RestoreClass::kDramReady) {
     ++stats_.dram_ready;
-    ready_cv_.notify_one();
+    ready_cv_.NotifyOne();
   } else {
     ++stats_.ssd_preparing;
-    PumpLocked(lock);
+    PumpLocked();
   }
   return Status::OK();
 }
 
-void MasScheduler::PumpLocked(std::unique_lock<std::mutex>& lock) {
+void MasScheduler::PumpLocked() {
   if (dispatching_) return;  // the dispatching thread re-reads the queue before it stops
   dispatching_ = true;
   while (!shutdown_) {
     std::vector<RestoreRequest> batch = queue_.TakeAdmissions(clock_());
     if (batch.empty()) break;
     stats_.prefetches_started += batch.size();
-    lock.unlock();
+    mu_.unlock();
     for (const RestoreRequest& r : batch) {
       const uint64_t id = r.id;
       executor_->Prefetch(r, [this, id](Status s) { OnPrefetchDone(id, s); });
     }
-    lock.lock();
+    mu_.lock();
   }
   dispatching_ = false;
-  idle_cv_.notify_all();
+  idle_cv_.NotifyAll();
 }
 
 void MasScheduler::OnPrefetchDone(uint64_t id, const Status& status) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   // The only failure is an id with no prefetch in flight: an executor bug; nothing to undo.
   if (!queue_.CompletePrefetch(id, status, clock_()).ok()) return;
   if (!status.ok()) ++stats_.prefetches_failed;
-  ready_cv_.notify_all();  // under FC-MAS several consumers may now find work
-  PumpLocked(lock);        // window space freed: admit more
+  ready_cv_.NotifyAll();  // under FC-MAS several consumers may now find work
+  PumpLocked();           // window space freed: admit more
   // Still under the lock: Shutdown cannot observe the idle state and return before this
   // callback has stopped touching the scheduler.
-  idle_cv_.notify_all();
+  idle_cv_.NotifyAll();
 }
 
 bool MasScheduler::Abandon(uint64_t id, const Status& status) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!queue_.Abandon(id, status, clock_()).ok()) return false;
-  ready_cv_.notify_all();
+  ready_cv_.NotifyAll();
   return true;
 }
 
 std::optional<ReadyRequest> MasScheduler::PopReady() {
-  std::unique_lock lock(mu_);
-  ready_cv_.wait(lock, [this] { return shutdown_ || queue_.ReadyAvailable(); });
+  MutexLock lock(mu_);
+  while (!shutdown_ && !queue_.ReadyAvailable()) ready_cv_.Wait(mu_);
   if (shutdown_) return std::nullopt;
   std::optional<ReadyRequest> r = queue_.PopReady();
   ++stats_.popped;
   // FCFS: the next head may be an SSD request to admit now, or a ready one for another consumer.
   if (queue_.options().policy == SchedPolicy::kFcfs) {
-    PumpLocked(lock);
-    if (queue_.ReadyAvailable()) ready_cv_.notify_one();
+    PumpLocked();
+    if (queue_.ReadyAvailable()) ready_cv_.NotifyOne();
   }
   return r;
 }
 
 std::optional<ReadyRequest> MasScheduler::TryPop() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   if (shutdown_) return std::nullopt;
   std::optional<ReadyRequest> r = queue_.PopReady();
   if (!r) return r;
   ++stats_.popped;
   if (queue_.options().policy == SchedPolicy::kFcfs) {
-    PumpLocked(lock);
-    if (queue_.ReadyAvailable()) ready_cv_.notify_one();
+    PumpLocked();
+    if (queue_.ReadyAvailable()) ready_cv_.NotifyOne();
   }
   return r;
 }
 
 std::vector<RestoreRequest> MasScheduler::Shutdown() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   const bool first = !shutdown_;
   shutdown_ = true;
-  ready_cv_.notify_all();
-  idle_cv_.wait(lock, [this] { return queue_.in_flight() == 0 && !dispatching_; });
+  ready_cv_.NotifyAll();
+  while (queue_.in_flight() != 0 || dispatching_) idle_cv_.Wait(mu_);
   if (!first) return {};
   return queue_.DrainUnserved();
 }
 
 MasSchedulerStats MasScheduler::stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   MasSchedulerStats s = stats_;
   s.peak_in_flight_bytes = queue_.peak_in_flight_bytes();
   return s;

@@ -19,17 +19,16 @@
 //    flight and no thread is dispatching, so the object may be destroyed.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "flatcake/clock.h"
 #include "flatcake/status.h"
 #include "sched/restore_queue.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake {
 
@@ -96,20 +95,21 @@ class MasScheduler {
  private:
   MasScheduler(const MasSchedulerOptions& options, PrefetchExecutor* executor);
   // Admits and dispatches prefetches until the queue has nothing more to admit, unless another
-  // thread is already doing so. REQUIRES: `lock` holds mu_; holds it again on return.
-  void PumpLocked(std::unique_lock<std::mutex>& lock);
-  void OnPrefetchDone(uint64_t id, const Status& status);
+  // thread is already doing so. Releases mu_ around the executor's calls; holds it again on
+  // return.
+  void PumpLocked() REQUIRES(mu_);
+  void OnPrefetchDone(uint64_t id, const Status& status) EXCLUDES(mu_);
 
   std::function<int64_t()> clock_;
   PrefetchExecutor* executor_;
 
-  mutable std::mutex mu_;
-  std::condition_variable ready_cv_;
-  std::condition_variable idle_cv_;
-  RestoreQueue queue_;        // guarded by mu_
-  bool dispatching_ = false;  // guarded by mu_
-  bool shutdown_ = false;     // guarded by mu_
-  MasSchedulerStats stats_;   // guarded by mu_
+  mutable Mutex mu_;
+  CondVar ready_cv_;
+  CondVar idle_cv_;
+  RestoreQueue queue_ GUARDED_BY(mu_);
+  bool dispatching_ GUARDED_BY(mu_) = false;
+  bool shutdown_ GUARDED_BY(mu_) = false;
+  MasSchedulerStats stats_ GUARDED_BY(mu_);
 };
 
 }  // namespace flatcake

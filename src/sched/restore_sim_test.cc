@@ -86,7 +86,7 @@ TEST_P(RestoreSimStarvation, LargeSsdRequestCompletesUnderContinuousSmallStream)
   const uint64_t large = 8'000'000;
   const uint64_t window = 4'000'000;  // smaller than the large request
   std::vector<RestoreRequest> reqs;
-  const int kSmall = 10'000;  // 5 s of arrivals, one every 0.5 ms
+  constexpr int kSmall = 10'000;  // 5 s of arrivals, one every 0.5 ms
   for (int i = 0; i < kSmall; ++i) {
     reqs.push_back({static_cast<uint64_t>(i), i * kMs / 2, kSsdGva, small});
   }

@@ -31,11 +31,17 @@ inline std::unique_ptr<IoEngine> MakeEngine(IoEngineKind kind, uint64_t max_chun
   }
 }
 
+// Why MakeEngine(kUring) returned nullptr: a build without the engine, or a kernel refusing rings.
+inline std::string UringSkipReason() {
+  auto e = UringIoEngine::Create({2, 16, 0});
+  return e.ok() ? "io_uring unavailable" : e.status().ToString();
+}
+
 class EngineTest : public ::testing::TestWithParam<IoEngineKind> {
  protected:
   void SetUp() override {
     engine_ = MakeEngine(GetParam());
-    if (engine_ == nullptr) GTEST_SKIP() << "io_uring unavailable";
+    if (engine_ == nullptr) GTEST_SKIP() << UringSkipReason();
   }
   // Opens (creating) file `name`; returns -1 and skips when O_DIRECT is refused.
   int Open(const std::string& name, bool direct) {

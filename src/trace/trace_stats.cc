@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 
 namespace flatcake::trace {
@@ -22,7 +23,7 @@ inline uint64_t Mix(uint64_t x) {
 uint64_t Percentile(const std::vector<uint64_t>& hist, uint64_t total, double pct) {
   if (total == 0) return 0;
   // rank = ceil(pct/100 * total), computed in integers to avoid 0.99 * n rounding surprises.
-  uint64_t scaled = static_cast<uint64_t>(pct * 100.0 + 0.5);  // pct in hundredths
+  uint64_t scaled = static_cast<uint64_t>(std::llround(pct * 100.0));  // pct in hundredths
   uint64_t rank = (scaled * total + 9999) / 10000;
   if (rank == 0) rank = 1;
   uint64_t seen = 0;
