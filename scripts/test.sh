@@ -25,11 +25,7 @@ CC=clang CXX=clang++ cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Relea
   -DFLATCAKE_THREAD_SAFETY=ON -DFLATCAKE_WITH_URING=OFF -DFLATCAKE_BUILD_PYTHON=OFF
 other_targets=$(cd build-clang && ctest -N -LE stress | sed -n 's/^ *Test *#[0-9]*: //p')
 cmake --build build-clang -j"$(nproc)" --target flatcake_store flatcake_eval $other_targets
-# These two src/store tests run the uring engine unconditionally (they should skip without it, as
-# the io tests do); filtered out here until that file is next touched.
-no_uring_filter="-FlatStoreWrites.OutOfOrderWriteCompletionsNeverCorruptASegment"
-no_uring_filter+=":FlatStoreReads.LargeRestoreReportsEveryLayerOnceAndInOrder"
-(cd build-clang && GTEST_FILTER="$no_uring_filter" ctest -LE stress --output-on-failure --timeout 900)
+(cd build-clang && ctest -LE stress --output-on-failure --timeout 900)
 
 if [[ -d python/tests ]]; then
   echo "== pytest"

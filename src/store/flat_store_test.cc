@@ -13,6 +13,7 @@
 
 #include "io/fault_injection_io_engine.h"
 #include "io/posix_io_engine.h"
+#include "io/uring_io_engine.h"
 #include "util/aligned_buffer.h"
 #include "util/block_content.h"
 #include "util/temp_dir.h"
@@ -388,6 +389,7 @@ TEST(FlatStoreWrites, OutOfOrderWriteCompletionsNeverCorruptASegment) {
   // a staging buffer must not be refilled before its own write finished.
   TempDir dir;
   for (IoEngineKind engine : {IoEngineKind::kPreadv, IoEngineKind::kUring}) {
+    if (engine == IoEngineKind::kUring && !UringIoEngine::CompiledIn()) continue;  // not built
     StoreOptions o = SmallOptions(dir.path());
     o.io_engine = engine;
     o.io_workers = 4;
@@ -469,6 +471,7 @@ TEST(FlatStoreReads, LargeRestoreReportsEveryLayerOnceAndInOrder) {
   static_assert(FlatStore::kSplitRestoreSlices <= 4096);
   const KvLayout layout{16, 2, 4096};
   for (IoEngineKind engine : {IoEngineKind::kPosix, IoEngineKind::kPreadv, IoEngineKind::kUring}) {
+    if (engine == IoEngineKind::kUring && !UringIoEngine::CompiledIn()) continue;  // not built
     SCOPED_TRACE(IoEngineKindName(engine));
     TempDir dir;
     StoreOptions o = SmallOptions(dir.path());
