@@ -28,7 +28,7 @@
 #include "flatcake/layout.h"
 #include "flatcake/store.h"
 #include "py_convert.h"
-#include "store/option_table.h"
+#include "core/option_table.h"
 
 namespace flatcake::py {
 namespace {

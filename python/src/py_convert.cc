@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 
-#include "store/option_table.h"
+#include "core/option_table.h"
 
 namespace flatcake::py {
 

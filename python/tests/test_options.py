@@ -1,4 +1,4 @@
-"""The Python option names and checks against the option table (src/store/option_table.cc), and
+"""The Python option names and checks against the option table (src/core/option_table.cc), and
 the Python module against the `flatcake` CLI built from the same table: a name, kind, range or
 default that differs between them fails here."""
 

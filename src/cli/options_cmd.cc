@@ -1,4 +1,4 @@
-// `flatcake options`: prints the option table (store/option_table.h) as Markdown or JSON, or
+// `flatcake options`: prints the option table (core/option_table.h) as Markdown or JSON, or
 // rewrites the generated options table of documents in place (README.md, docs/sglang.md).
 #include <cstdio>
 #include <fstream>
@@ -7,7 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/store_flags.h"
-#include "store/option_table.h"
+#include "core/option_table.h"
 
 namespace flatcake::cli {
 namespace {

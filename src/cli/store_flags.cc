@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <functional>
 
-#include "store/option_table.h"
+#include "core/option_table.h"
 
 namespace flatcake::cli {
 namespace {

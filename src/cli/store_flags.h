@@ -1,5 +1,5 @@
 // Command-line flags for StoreOptions, shared by every subcommand that opens a store. Every flag
-// comes from a row of the option table (store/option_table.h): its name, help, range and checks.
+// comes from a row of the option table (core/option_table.h): its name, help, range and checks.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -6,7 +6,7 @@
 
 #include <set>
 
-#include "store/option_table.h"
+#include "core/option_table.h"
 
 namespace flatcake::cli {
 namespace {

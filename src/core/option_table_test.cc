@@ -2,7 +2,7 @@
 // header), the checks of ValidateStoreOptions, the enum names, and the generated options tables
 // in README.md and docs/sglang.md. The CLI's side is store_flags_test (src/cli/), Python's
 // python/tests/test_options.py.
-#include "store/option_table.h"
+#include "core/option_table.h"
 
 #include <gtest/gtest.h>
 
@@ -46,7 +46,7 @@ TEST(OptionTable, HasOneRowPerStoreOptionsFieldInDeclarationOrder) {
   std::vector<std::string> rows;
   for (const OptionSpec& spec : StoreOptionTable()) rows.emplace_back(spec.name);
   EXPECT_EQ(rows, StoreOptionsFields())
-      << "include/flatcake/options.h and src/store/option_table.cc disagree: each StoreOptions "
+      << "include/flatcake/options.h and src/core/option_table.cc disagree: each StoreOptions "
          "field needs one row, in the same order";
 }
 
@@ -232,7 +232,7 @@ TEST_P(OptionTableDocs, MatchesTheGeneratedTable) {
     const size_t begin = doc.find(kOptionTableBegin);
     const size_t end = doc.find(kOptionTableEnd);
     ADD_FAILURE() << GetParam() << "'s options table differs from the option table "
-                  << "(src/store/option_table.cc):\n"
+                  << "(src/core/option_table.cc):\n"
                   << RegionDiff(doc.substr(begin, end - begin),
                                 updated->substr(begin, updated->find(kOptionTableEnd) - begin))
                   << "Regenerate it with: build/flatcake options --update-docs " << GetParam();

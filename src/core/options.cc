@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "store/option_table.h"
+#include "core/option_table.h"
 
 namespace flatcake {
 

@@ -1,4 +1,4 @@
-#include "store/option_table.h"
+#include "core/option_table.h"
 
 #include <charconv>
 #include <limits>
