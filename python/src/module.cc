@@ -25,10 +25,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/option_table.h"
 #include "flatcake/layout.h"
 #include "flatcake/store.h"
 #include "py_convert.h"
-#include "core/option_table.h"
 
 namespace flatcake::py {
 namespace {
