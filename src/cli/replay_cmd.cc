@@ -389,7 +389,8 @@ void RegisterReplayCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--flat-file-bytes", a.o.flat_file_bytes,
                   "Flat: SSD pool file size (sessions share files; a segment never spans two)")
       ->transform(size);
-  cmd->add_option("--window-bytes", a.o.flat_window_bytes, "Flat: the store's read window, into which FC-MAS admits SSD restores")
+  cmd->add_option("--window-bytes", a.o.flat_window_bytes,
+                  "Flat: the store's read window, into which FC-MAS admits SSD restores")
       ->transform(size);
   cmd->add_option("--max-gap-bytes", a.o.flat_max_gap_bytes,
                   "Flat: largest hole bridged by one read (Δgap)")

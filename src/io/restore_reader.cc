@@ -323,36 +323,11 @@ RestoreReader::~RestoreReader() {
   }
 }
 
-Result<std::shared_ptr<ReaderHandle>> RestoreReader::Start(
-    std::span<const SliceRead> slices, uint32_t num_layers, LayerCallback on_layer,
-    SliceCallback on_slice, std::shared_ptr<ReaderHandle> after, DoneCallback on_done) {
-  if (after != nullptr && after->reader_ != this) {
-    return Status::InvalidArgument("restore: `after` was started on another reader");
-  }
-  uint32_t max_layer = 0;
-  for (const auto& s : slices) max_layer = std::max(max_layer, s.layer);
-  if (num_layers == 0) {
-    num_layers = slices.empty() ? 0 : max_layer + 1;
-  } else if (!slices.empty() && max_layer >= num_layers) {
-    return Status::InvalidArgument("restore: slice layer " + std::to_string(max_layer) +
-                                   " >= num_layers " + std::to_string(num_layers));
-  }
-  FC_ASSIGN_OR_RETURN(CoalescePlan plan, PlanReads(slices, coalesce_));
-  std::shared_ptr<ReaderHandle> h(new ReaderHandle(this, std::move(plan), num_layers,
-                                                   std::move(on_layer), std::move(on_slice)));
-  h->on_done_ = std::move(on_done);
-  const CoalescePlan& p = h->plan_;
-  {
-    MutexLock lock(h->mu_);  // uncontended: no other thread has the handle yet
-    h->layer_left_.assign(num_layers, 0);
-    h->layer_status_.assign(num_layers, Status::OK());
-    for (const auto& s : p.slices) h->layer_left_[s.layer] += s.len;
-  }
-
-  // Per read: the earliest layer it serves (issue order) and whether it can land in place.
+std::vector<uint32_t> RestoreReader::ChooseReadModes(ReaderHandle& handle) const {
+  const CoalescePlan& p = handle.plan_;
   const size_t n = p.reads.size();
-  h->reads_.resize(n);
-  if (options_.allow_vectored) h->iov_.reserve(p.slices.size() + n);
+  handle.reads_.resize(n);
+  if (options_.allow_vectored) handle.iov_.reserve(p.slices.size() + n);
   std::vector<uint32_t> min_layer(n);
   const uint64_t align = std::max(coalesce_.alignment, kStagingAlign);
   for (size_t i = 0; i < n; ++i) {
@@ -380,24 +355,55 @@ Result<std::shared_ptr<ReaderHandle>> RestoreReader::Start(
     }
     direct = direct && expect_off == r.offset + r.len;
     min_layer[i] = ml;
-    ReaderHandle::ReadState& rs = h->reads_[i];
+    ReaderHandle::ReadState& rs = handle.reads_[i];
     if (direct) {
       rs.mode = ReaderHandle::Mode::kDirect;
       rs.buf = p.slices[r.first_slice].dest + (r.offset - p.slices[r.first_slice].offset);
     } else if (options_.allow_vectored) {
-      const size_t first = h->iov_.size();
-      const bool lines_up = BuildVectored(p, r, &h->iov_);
-      if (lines_up && r.len < options_.min_vector_entry_bytes * (h->iov_.size() - first)) {
-        h->iov_.resize(first);  // entries too small: one contiguous read and a copy is faster
+      const size_t first = handle.iov_.size();
+      const bool lines_up = BuildVectored(p, r, &handle.iov_);
+      if (lines_up && r.len < options_.min_vector_entry_bytes * (handle.iov_.size() - first)) {
+        handle.iov_.resize(first);  // entries too small: one contiguous read and a copy is faster
       } else if (lines_up) {
         rs.mode = ReaderHandle::Mode::kVectored;
         rs.iov_first = static_cast<uint32_t>(first);
-        rs.iov_count = static_cast<uint32_t>(h->iov_.size() - first);
+        rs.iov_count = static_cast<uint32_t>(handle.iov_.size() - first);
         rs.ops = (rs.iov_count + options_.max_iovecs - 1) / options_.max_iovecs;
         rs.ops_left = rs.ops;
       }
     }
   }
+  return min_layer;
+}
+
+Result<std::shared_ptr<ReaderHandle>> RestoreReader::Start(
+    std::span<const SliceRead> slices, uint32_t num_layers, LayerCallback on_layer,
+    SliceCallback on_slice, std::shared_ptr<ReaderHandle> after, DoneCallback on_done) {
+  if (after != nullptr && after->reader_ != this) {
+    return Status::InvalidArgument("restore: `after` was started on another reader");
+  }
+  uint32_t max_layer = 0;
+  for (const auto& s : slices) max_layer = std::max(max_layer, s.layer);
+  if (num_layers == 0) {
+    num_layers = slices.empty() ? 0 : max_layer + 1;
+  } else if (!slices.empty() && max_layer >= num_layers) {
+    return Status::InvalidArgument("restore: slice layer " + std::to_string(max_layer) +
+                                   " >= num_layers " + std::to_string(num_layers));
+  }
+  FC_ASSIGN_OR_RETURN(CoalescePlan plan, PlanReads(slices, coalesce_));
+  std::shared_ptr<ReaderHandle> h(new ReaderHandle(this, std::move(plan), num_layers,
+                                                   std::move(on_layer), std::move(on_slice)));
+  h->on_done_ = std::move(on_done);
+  const CoalescePlan& p = h->plan_;
+  {
+    MutexLock lock(h->mu_);  // uncontended: no other thread has the handle yet
+    h->layer_left_.assign(num_layers, 0);
+    h->layer_status_.assign(num_layers, Status::OK());
+    for (const auto& s : p.slices) h->layer_left_[s.layer] += s.len;
+  }
+
+  const size_t n = p.reads.size();
+  const std::vector<uint32_t> min_layer = ChooseReadModes(*h);
   h->issue_order_.resize(n);
   for (uint32_t i = 0; i < n; ++i) h->issue_order_[i] = i;
   std::stable_sort(h->issue_order_.begin(), h->issue_order_.end(),
@@ -405,9 +411,11 @@ Result<std::shared_ptr<ReaderHandle>> RestoreReader::Start(
 
   h->ReportLayers();  // layers without slices
   if (n == 0) {
-    MutexLock lock(h->mu_);
-    h->done_ = true;
-    if (h->on_done_) h->on_done_(Status::OK(), h->stats());
+    {
+      MutexLock lock(h->mu_);
+      h->done_ = true;
+    }
+    if (h->on_done_) h->on_done_(Status::OK(), h->stats());  // not under the handle's lock
     return h;
   }
   {

@@ -233,6 +233,10 @@ class RestoreReader {
   // reads that now fit itself, so the device is fed without waking the issuer thread and waiting
   // for it to be scheduled (on a busy machine, behind the very workers that are copying).
   void IssueFreedSpace();
+  // Decides how each read of `handle`'s plan lands (direct, vectored or staged) and returns, per
+  // read, the earliest layer it serves (the issue order). REQUIRES: called from Start, before the
+  // handle is shared.
+  std::vector<uint32_t> ChooseReadModes(ReaderHandle& handle) const;
   // Appends read `r`'s iovec list to `*iov` and returns true when every part of it can be read
   // in place (see the header comment); otherwise leaves `*iov` as it was and returns false.
   bool BuildVectored(const CoalescePlan& p, const MergedRead& r, std::vector<iovec>* iov) const;
