@@ -269,20 +269,14 @@ std::shared_ptr<PyStore> OpenStore(const pyb::dict& config) {
   return std::make_shared<PyStore>(std::move(store).value());
 }
 
-}  // namespace
-}  // namespace flatcake::py
+// The module's parts, bound by PYBIND11_MODULE below.
+using flatcake::GetResult;
+using flatcake::KvLayout;
+using flatcake::PutResult;
+using pyb::arg;
 
-PYBIND11_MODULE(_core, m) {
-  namespace py = flatcake::py;
-  namespace pyb = pybind11;
-  using flatcake::GetResult;
-  using flatcake::KvLayout;
-  using flatcake::PutResult;
-  using pyb::arg;
-
-  m.doc() = "FlatCake KV-cache store (C++ core). Use the `flatcake` package, not this module.";
-  py::RegisterErrorType(m);
-
+// The value types: KvLayout, PutResult, GetResult.
+void BindValueTypes(pyb::module_& m) {
   pyb::class_<KvLayout>(m, "KvLayout",
                         "Shape of one KV block: num_layers x num_planes slices of slice_bytes.")
       .def(pyb::init([](uint32_t num_layers, uint32_t num_planes, uint64_t slice_bytes) {
@@ -333,7 +327,10 @@ PYBIND11_MODULE(_core, m) {
                ", leading_hits=" + std::to_string(r.leading_hits) +
                ", corrupt=" + std::to_string(r.corrupt) + ")";
       });
+}
 
+// Restores as requests: LookupResult and RestoreHandle.
+void BindRestoreTypes(pyb::module_& m) {
   pyb::class_<flatcake::LookupResult>(m, "LookupResult")
       .def_readonly("leading_hits", &flatcake::LookupResult::leading_hits)
       .def_property_readonly("slowest_medium",
@@ -362,7 +359,9 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("result", &py::PyRestoreHandle::FinishedResult,
                              "The GetResult of a finished restore; raises flatcake.Error if it "
                              "failed (code 'Aborted' when cancelled) or is still running.");
+}
 
+void BindStore(pyb::module_& m) {
   pyb::class_<py::PyStore, std::shared_ptr<py::PyStore>>(m, "Store")
       .def("put", &py::PyStore::Put, arg("keys"), arg("layout"), arg("kind"), arg("ptrs"),
            pyb::kw_only(), arg("session") = std::string(), arg("prefix_tail") = pyb::none(),
@@ -385,7 +384,10 @@ PYBIND11_MODULE(_core, m) {
       .def("options", &py::PyStore::Options)
       .def("close", &py::PyStore::Close)
       .def_property_readonly("closed", &py::PyStore::closed);
+}
 
+// open, the option table, and small helpers.
+void BindModuleFunctions(pyb::module_& m) {
   m.def("open", &py::OpenStore, arg("config"),
         "Opens a store from a dict of StoreOptions fields (sizes as integers).");
   m.def("option_names", [] {
@@ -410,4 +412,17 @@ PYBIND11_MODULE(_core, m) {
       "key_hex",
       [](const std::string& text) { return flatcake::KeyToHex(flatcake::KeyFromString(text)); },
       "The 128-bit store key of a string key, as 32 hex digits.");
+}
+
+}  // namespace
+}  // namespace flatcake::py
+
+PYBIND11_MODULE(_core, m) {
+  namespace py = flatcake::py;
+  m.doc() = "FlatCake KV-cache store (C++ core). Use the `flatcake` package, not this module.";
+  py::RegisterErrorType(m);
+  py::BindValueTypes(m);
+  py::BindRestoreTypes(m);
+  py::BindStore(m);
+  py::BindModuleFunctions(m);
 }
