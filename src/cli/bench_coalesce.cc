@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "cli/store_flags.h"
 #include "io/coalesce.h"
+#include "store/segment_layout.h"
 
 namespace flatcake::cli {
 namespace {
@@ -55,7 +56,11 @@ Status Validate(const CoalesceBenchArgs& a) {
   // File offsets must fit in 64 bits: a session spans about (descs / kept slices per segment /
   // sessions + 1) segments; allow twice that for the randomness of the holes.
   const double per_segment = static_cast<double>(a.layers) * a.planes * a.blocks_per_segment;
-  const double segment_bytes = per_segment * static_cast<double>(a.slice_bytes);
+  // One run fits in 64 bits (2^30-byte slices x 2^20 blocks at most); the segment may not.
+  const double segment_bytes =
+      static_cast<double>(a.layers) * a.planes *
+      static_cast<double>(
+          SegmentLayout({a.layers, a.planes, a.slice_bytes}, a.blocks_per_segment).PlaneStride());
   const double kept = per_segment * (1 - a.hole_pct / 100);
   const double segments =
       2 * (static_cast<double>(std::max(a.descs, a.descs_small)) / kept / a.sessions + 1);
@@ -77,27 +82,25 @@ struct Figures {
   CoalescePlan plan;
 };
 
-// Slices of `sessions` session files, each a run of segments (turns) laid out layer-major:
-// [layer][plane][block] slices of slice_bytes. Blocks are dropped at random (hole_pct) so the
-// request has gaps, then everything is shuffled.
+// Slices of `sessions` session files, each a run of segments (turns) laid out as the store lays
+// them out (SegmentLayout: [layer][plane][block] slices of slice_bytes, runs padded to 4 KiB).
+// Blocks are dropped at random (hole_pct) so the request has gaps, then everything is shuffled.
 std::vector<SliceRead> MakeDescriptors(const CoalesceBenchArgs& a, uint64_t count, uint8_t* dest) {
   std::mt19937_64 rng(a.seed + count);
   std::bernoulli_distribution hole(a.hole_pct / 100.0);
   std::vector<SliceRead> out;
   out.reserve(count);
-  const uint64_t per_block = uint64_t{a.layers} * a.planes;
-  const uint64_t segment_bytes = per_block * a.blocks_per_segment * a.slice_bytes;
+  const SegmentLayout seg({a.layers, a.planes, a.slice_bytes}, a.blocks_per_segment);
   std::vector<uint64_t> segments(a.sessions, 0);
   uint32_t session = 0;
   while (out.size() < count) {
     // One segment of `session`; segments of different sessions are generated round-robin.
-    const uint64_t base = segments[session]++ * segment_bytes;
+    const uint64_t base = segments[session]++ * seg.Bytes();
     for (uint32_t b = 0; b < a.blocks_per_segment && out.size() < count; ++b) {
       if (hole(rng)) continue;
       for (uint32_t l = 0; l < a.layers && out.size() < count; ++l) {
         for (uint32_t p = 0; p < a.planes && out.size() < count; ++p) {
-          const uint64_t off =
-              base + ((uint64_t{l} * a.planes + p) * a.blocks_per_segment + b) * a.slice_bytes;
+          const uint64_t off = base + seg.SliceOffset(l, p, b);
           out.push_back(SliceRead{session, off, a.slice_bytes, dest, l});
         }
       }

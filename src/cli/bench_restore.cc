@@ -45,7 +45,7 @@
 #include "cli/store_flags.h"
 #include "io/restore_reader.h"
 #include "store/flat_store.h"
-#include "util/align.h"
+#include "store/segment_layout.h"
 #include "util/aligned_buffer.h"
 #include "util/block_content.h"
 #include "util/temp_dir.h"
@@ -205,8 +205,7 @@ Status RestoreBench::Setup() {
   // Pool files hold a whole number of turns (segments), about 256 MiB or one segment if larger,
   // so the session's segments lie back to back from offset 0 (a segment never spans two files)
   // and the raw variants can read exactly its bytes as one sequence.
-  const uint64_t seg_bytes = uint64_t{layout_.num_layers} * layout_.num_planes *
-                             AlignUp(blocks_ / a_.turns * layout_.slice_bytes, 4096);
+  const uint64_t seg_bytes = SegmentLayout(layout_, blocks_ / a_.turns).Bytes();
   o.ssd_file_bytes = seg_bytes * std::max<uint64_t>(1, 256 * kMiB / seg_bytes);
   // Room for every turn's (padded) segment plus slack of a few files; the slack is capped so
   // that many turns of small segments do not ask for thousands of pool files.
@@ -321,16 +320,16 @@ Result<AlignedBuffer*> RestoreBench::RawBuffer() {
 
 Status RestoreBench::CheckBackToBack() const {
   const uint64_t s = layout_.slice_bytes;
-  const uint64_t per_seg = blocks_ / a_.turns;
+  const SegmentLayout seg(layout_, blocks_ / a_.turns);
   const uint64_t total = blocks_ * layout_.block_bytes();
   const uint64_t fb = store_->options().ssd_file_bytes;
   const uint64_t chunk = store_->options().max_io_bytes;
-  // Each turn must be one segment, and segments must tile the pool files exactly, or the flat
-  // copy is not back to back from offset 0 (a segment never spans two files).
-  const uint64_t seg_bytes = per_seg * layout_.block_bytes();
+  // Each turn must be one unpadded segment, and segments must tile the pool files exactly, or the
+  // flat copy is not back to back from offset 0 (a segment never spans two files).
+  const uint64_t seg_bytes = seg.Bytes();
   if (store_->GetStats().ssd.admitted_bytes != total || s % 4096 != 0 || chunk % s != 0 ||
-      fb % s != 0 || (per_seg * s) % 4096 != 0 || seg_bytes > fb || fb % seg_bytes != 0 ||
-      chunk / s > kMaxIoVecs) {
+      fb % s != 0 || seg.PlaneStride() != seg.RunPayload() || seg_bytes > fb ||
+      fb % seg_bytes != 0 || chunk / s > kMaxIoVecs) {
     return Status::Unsupported("the flat copy is not laid out back to back");
   }
   return Status::OK();
@@ -338,9 +337,8 @@ Status RestoreBench::CheckBackToBack() const {
 
 uint64_t RestoreBench::FileSlice(uint64_t b, uint32_t l, uint32_t p) const {
   const uint64_t per_seg = blocks_ / a_.turns;
-  const uint64_t per_layer = uint64_t{layout_.num_planes} * per_seg;  // slices of one layer
-  return b / per_seg * per_layer * layout_.num_layers +
-         (uint64_t{l} * layout_.num_planes + p) * per_seg + b % per_seg;
+  const SegmentLayout seg(layout_, per_seg);
+  return (b / per_seg * seg.Bytes() + seg.SliceOffset(l, p, b % per_seg)) / layout_.slice_bytes;
 }
 
 Result<RestoreRun> RestoreBench::SequentialReads(uint64_t total,

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "store/placement.h"
+#include "store/segment_layout.h"
 #include "store/staging.h"
 #include "util/align.h"
 #include "util/checksum.h"
@@ -14,17 +15,7 @@
 namespace flatcake {
 namespace {
 
-constexpr uint64_t kRunAlign = 4096;
-
-uint64_t RunStride(const KvLayout& layout, uint64_t n) {
-  return AlignUp(n * layout.slice_bytes, kRunAlign);
-}
-
-// Largest number of blocks whose segment fits in `bytes`.
-uint64_t BlocksFitting(const KvLayout& layout, uint64_t bytes) {
-  const uint64_t runs = uint64_t{layout.num_layers} * layout.num_planes;
-  return AlignDown(bytes / runs, kRunAlign) / layout.slice_bytes;
-}
+constexpr uint64_t kRunAlign = SegmentLayout::kRunAlign;
 
 }  // namespace
 
@@ -199,7 +190,7 @@ Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout
   for (const PendingSegment& ps : segs) {
     st = WriteSegment(scope, ps, layout, src, todo);
     if (!st.ok()) break;
-    const uint64_t layer_stride = uint64_t{layout.num_planes} * ps.seg.run_stride;
+    const SegmentLayout seg_layout(layout, ps.seg.num_blocks);
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (uint32_t b = 0; b < ps.seg.num_blocks; ++b) {
@@ -210,8 +201,8 @@ Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout
     for (uint32_t b = 0; b < ps.seg.num_blocks; ++b) {
       const uint32_t k = ps.first_block + b;
       IndexEntry e;
-      e.gva = MakeGva(medium, ps.seg.base + uint64_t{b} * layout.slice_bytes);
-      e.layer_stride = layer_stride;
+      e.gva = MakeGva(medium, ps.seg.base + seg_layout.BlockOffset(b));
+      e.layer_stride = seg_layout.LayerStride();
       e.checksum = BlockChecksum(src, layout, todo[k]);
       e.scope_id = scope_id;
       e.scope_gen = gen;
@@ -274,7 +265,8 @@ Status FlatStore::PlaceBatch(const WriteHints& hints, std::span<const Key> keys,
   if (!MediumEnabled(medium))
     medium = medium == MediaType::kDram ? MediaType::kSsd : MediaType::kDram;
   if (!MediumEnabled(medium)) return Status::InvalidArgument("requested medium is disabled");
-  if (MediumEnabled(MediaType::kSsd) && BlocksFitting(layout, ssd_->file_bytes()) == 0) {
+  if (MediumEnabled(MediaType::kSsd) &&
+      SegmentLayout::BlocksFitting(layout, ssd_->file_bytes()) == 0) {
     // Checked whatever the medium: a DRAM batch may spill to SSD.
     return Status::InvalidArgument("a block of " + layout.ToString() +
                                    " (with each layer run padded to 4 KiB) exceeds the SSD pool "
@@ -371,7 +363,6 @@ Status FlatStore::AllocateSegmentsLocked(ScopeSlot& scope, uint32_t n,
                                          std::vector<PendingSegment>* segs) {
   const KvLayout& layout = scope.layout;
   const bool dram = scope.medium == MediaType::kDram;
-  const uint64_t runs = uint64_t{layout.num_layers} * layout.num_planes;
   uint32_t done = 0;
   // Segments allocated by this call, rolled back if a later one fails.
   const size_t first_new = segs->size();
@@ -388,15 +379,16 @@ Status FlatStore::AllocateSegmentsLocked(ScopeSlot& scope, uint32_t n,
     // A segment is one extent: at most one SSD pool file, halved until the medium has a free
     // range that large. It goes where the scope's last segment ended when that space is free.
     uint64_t want = n - done;
-    if (!dram) want = std::min(want, BlocksFitting(layout, ssd_->file_bytes()));
+    if (!dram) want = std::min(want, SegmentLayout::BlocksFitting(layout, ssd_->file_bytes()));
     const uint64_t hint = scope.segments.empty()
                               ? ExtentAllocator::kNoHint
                               : scope.segments.back().base + scope.segments.back().bytes;
     Segment seg;
     Result<uint64_t> off = Status::NoSpace("");
     while (want > 0) {
-      seg.run_stride = RunStride(layout, want);
-      seg.bytes = runs * seg.run_stride;
+      const SegmentLayout seg_layout(layout, want);
+      seg.run_stride = seg_layout.PlaneStride();
+      seg.bytes = seg_layout.Bytes();
       off = dram ? dram_->Allocate(seg.bytes, hint) : ssd_->Allocate(seg.bytes, hint);
       if (off.ok()) break;
       want /= 2;

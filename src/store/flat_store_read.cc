@@ -8,6 +8,7 @@
 #include <span>
 
 #include "store/flat_store.h"
+#include "store/segment_layout.h"
 #include "util/checksum.h"
 
 namespace flatcake {
@@ -94,10 +95,10 @@ void FlatStore::CopyDramHits(RestoreJob& job) {
   const uint64_t sb = layout.slice_bytes;
   for (uint32_t i : job.dram_hits) {
     RestoreHit& h = job.hits[i];
-    const uint64_t plane_stride = h.entry.layer_stride / layout.num_planes;
+    const SegmentLayout seg = SegmentLayout::FromLayerStride(layout, h.entry.layer_stride);
     for (uint32_t l = 0; l < layout.num_layers; ++l) {
       for (uint32_t p = 0; p < layout.num_planes; ++p) {
-        const uint64_t off = h.offset + l * h.entry.layer_stride + p * plane_stride;
+        const uint64_t off = h.offset + seg.RunOffset(l, p);  // h.offset: the (0, 0) slice
         std::memcpy(SliceAddress(job.dst, layout, h.key, l, p), dram_->base() + off, sb);
       }
     }
@@ -113,10 +114,10 @@ void FlatStore::BuildSsdSlices(const RestoreJob& job, uint32_t first, uint32_t l
   out->reserve(out->size() + job.ssd_hits.size() * (last - first) * planes);
   for (uint32_t j = 0; j < job.ssd_hits.size(); ++j) {
     const RestoreHit& h = job.hits[job.ssd_hits[j]];
-    const uint64_t plane_stride = h.entry.layer_stride / planes;
+    const SegmentLayout seg = SegmentLayout::FromLayerStride(layout, h.entry.layer_stride);
     for (uint32_t l = first; l < last; ++l) {
       for (uint32_t p = 0; p < planes; ++p) {
-        const uint64_t off = h.offset + l * h.entry.layer_stride + p * plane_stride;
+        const uint64_t off = h.offset + seg.RunOffset(l, p);  // h.offset: the (0, 0) slice
         // tag: which SSD block (index into ssd_hits) and plane, for the slice hash.
         out->push_back(SliceRead{static_cast<uint32_t>(off / fb), off % fb, layout.slice_bytes,
                                  SliceAddress(job.dst, layout, h.key, l, p), l, j * planes + p});

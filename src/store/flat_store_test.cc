@@ -14,6 +14,7 @@
 #include "io/fault_injection_io_engine.h"
 #include "io/posix_io_engine.h"
 #include "io/uring_io_engine.h"
+#include "store/segment_layout.h"
 #include "util/aligned_buffer.h"
 #include "util/block_content.h"
 #include "util/temp_dir.h"
@@ -146,7 +147,7 @@ TEST_F(FlatStoreTest, ReadsLandInPlaceWhenTheDestinationMatchesTheFile) {
     for (uint32_t l = 0; l < kLayout.num_layers; ++l) {
       for (uint32_t p = 0; p < kLayout.num_planes; ++p) {
         ptrs[(b * kLayout.num_layers + l) * kLayout.num_planes + p] =
-            mem->data() + ((l * kLayout.num_planes + p) * n + b) * s;
+            mem->data() + SegmentLayout(kLayout, n).SliceOffset(l, p, b);
       }
     }
   }
@@ -488,12 +489,12 @@ TEST(FlatStoreReads, LargeRestoreReportsEveryLayerOnceAndInOrder) {
         // segment's 32 slices of layer l, plane p. Block 5's (0, 0) slice is read by the first
         // restore, block 9's (5, 1) slice by the second.
         const int fd = store.ssd_pool()->fds()[0];
-        const uint64_t run = 32 * layout.slice_bytes;
-        for (const off_t off : {off_t{5 * 4096}, static_cast<off_t>(11 * run + 9 * 4096)}) {
+        const SegmentLayout seg(layout, 32);
+        for (const uint64_t off : {seg.SliceOffset(0, 0, 5), seg.SliceOffset(5, 1, 9)}) {
           alignas(4096) static uint8_t page[4096];
-          ASSERT_EQ(pread(fd, page, 4096, off), 4096);
+          ASSERT_EQ(pread(fd, page, 4096, static_cast<off_t>(off)), 4096);
           page[77] ^= 0xFF;
-          ASSERT_EQ(pwrite(fd, page, 4096, off), 4096);
+          ASSERT_EQ(pwrite(fd, page, 4096, static_cast<off_t>(off)), 4096);
         }
       }
       HostBlocks dst(layout, keys.size());
@@ -572,8 +573,7 @@ TEST(FlatStoreErrors, CorruptedBlockIsAMissAndCounted) {
   ASSERT_TRUE(store.Put(keys, kLayout, src.buffers(), ssd).ok());
   // Flip one byte of block 2's layer-1 slice on disk: segment run (l=1,p=0) starts at 2 runs.
   const int fd = store.ssd_pool()->fds()[0];
-  const uint64_t run = 4 * kLayout.slice_bytes;  // 4 blocks, already 4 KiB aligned
-  const off_t off = static_cast<off_t>(2 * run + 2 * kLayout.slice_bytes + 100);
+  const off_t off = static_cast<off_t>(SegmentLayout(kLayout, 4).SliceOffset(1, 0, 2) + 100);
   alignas(4096) static uint8_t page[4096];
   ASSERT_EQ(pread(fd, page, 4096, off / 4096 * 4096), 4096);
   page[off % 4096] ^= 0xFF;

@@ -31,13 +31,15 @@
 namespace flatcake {
 
 // One write batch inside a scope: [layer][plane][block], each (layer, plane) run `run_stride`
-// bytes (the blocks' slices back to back, padded to 4 KiB). Each segment is one extent of its
-// medium, allocated where the scope's previous segment ended whenever that space is free.
+// bytes (the blocks' slices back to back, padded to 4 KiB); SegmentLayout(layout, num_blocks)
+// (store/segment_layout.h) gives run_stride, bytes and every slice's offset. Each segment is one
+// extent of its medium, allocated where the scope's previous segment ended whenever that space
+// is free.
 struct Segment {
   uint64_t base = 0;  // medium offset (DRAM arena offset or SSD pool offset)
   uint32_t num_blocks = 0;
   uint64_t run_stride = 0;
-  uint64_t bytes = 0;  // layers * planes * run_stride
+  uint64_t bytes = 0;  // layers * planes * run_stride: SegmentLayout::Bytes()
 };
 
 class ScopeSlot {

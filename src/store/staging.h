@@ -13,6 +13,7 @@
 #include "flatcake/layout.h"
 #include "io/io_engine.h"
 #include "store/scope.h"
+#include "store/segment_layout.h"
 #include "util/aligned_buffer.h"
 
 namespace flatcake {
@@ -110,21 +111,21 @@ class IoWaiter final : public IoCompletionSink {
   Status error_;
 };
 
-// Produces any byte range of a segment laid out [layer][plane][block] (each run padded with
-// zeros to seg.run_stride) from source blocks `blocks` (indices into `src`).
+// Produces any byte range of a segment laid out [layer][plane][block] (SegmentLayout: each run
+// padded with zeros to its plane stride) from source blocks `blocks` (indices into `src`).
 class SegmentGather {
  public:
   SegmentGather(const KvLayout& layout, const Segment& seg, const BlockBuffers& src,
                 std::span<const uint32_t> blocks)
-      : layout_(layout), seg_(seg), src_(src), blocks_(blocks) {}
+      : layout_(layout), seg_(layout, seg.num_blocks), src_(src), blocks_(blocks) {}
 
   // Writes segment bytes [pos, pos + len) to dst.
   void Fill(uint64_t pos, uint64_t len, uint8_t* dst) const {
     const uint64_t s = layout_.slice_bytes;
-    const uint64_t payload = uint64_t{seg_.num_blocks} * s;
+    const uint64_t payload = seg_.RunPayload();
     while (len > 0) {
-      const uint64_t run = pos / seg_.run_stride;
-      const uint64_t in_run = pos % seg_.run_stride;
+      const uint64_t run = pos / seg_.PlaneStride();
+      const uint64_t in_run = pos % seg_.PlaneStride();
       uint64_t n;
       if (in_run < payload) {
         const uint64_t b = in_run / s;
@@ -134,7 +135,7 @@ class SegmentGather {
         const uint32_t p = static_cast<uint32_t>(run % layout_.num_planes);
         std::memcpy(dst, SliceAddress(src_, layout_, blocks_[b], l, p) + q, n);
       } else {
-        n = std::min(len, seg_.run_stride - in_run);
+        n = std::min(len, seg_.PlaneStride() - in_run);
         std::memset(dst, 0, n);
       }
       dst += n;
@@ -145,7 +146,7 @@ class SegmentGather {
 
  private:
   const KvLayout& layout_;
-  const Segment& seg_;
+  const SegmentLayout seg_;
   const BlockBuffers& src_;
   std::span<const uint32_t> blocks_;
 };

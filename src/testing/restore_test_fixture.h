@@ -19,6 +19,7 @@
 #include "io/preadv_io_engine.h"
 #include "io/restore_reader.h"
 #include "io/uring_io_engine.h"
+#include "store/segment_layout.h"
 #include "testing/pattern_file.h"
 #include "util/temp_dir.h"
 
@@ -90,18 +91,19 @@ inline uint64_t CanariesOverwritten(const std::vector<uint8_t>& buf,
   return bad;
 }
 
-// A session as the store lays it out on SSD: file offset ((l * planes + p) * blocks + b) * slice
-// (layer-major), restored into block-contiguous destinations [block][layer][plane].
+// A session as the store lays it out on SSD: one segment (SegmentLayout, layer-major) at
+// `file_base`, restored into block-contiguous destinations [block][layer][plane].
 inline std::vector<SliceRead> LayerMajorSession(uint32_t file, uint64_t file_base, uint32_t layers,
                                                 uint32_t planes, uint32_t blocks, uint64_t slice,
                                                 uint8_t* dest) {
   std::vector<SliceRead> slices;
-  const uint64_t block_bytes = uint64_t{layers} * planes * slice;
+  const KvLayout kv{layers, planes, slice};
+  const SegmentLayout seg(kv, blocks);
   for (uint32_t l = 0; l < layers; ++l) {
     for (uint32_t p = 0; p < planes; ++p) {
       for (uint32_t b = 0; b < blocks; ++b) {
-        const uint64_t off = file_base + ((uint64_t{l} * planes + p) * blocks + b) * slice;
-        uint8_t* out = dest + b * block_bytes + (uint64_t{l} * planes + p) * slice;
+        const uint64_t off = file_base + seg.SliceOffset(l, p, b);
+        uint8_t* out = dest + b * kv.block_bytes() + (uint64_t{l} * planes + p) * slice;
         slices.push_back(SliceRead{file, off, slice, out, l});
       }
     }
