@@ -107,6 +107,10 @@ struct GetResult {
   // DRAM-ready one), and how long its SSD reads took once admitted.
   int64_t queued_ns = 0;
   int64_t ssd_read_ns = 0;
+  // Hits the store gave up on and reported as misses so that the caller recomputes them (the
+  // tiered baseline revokes a prefetch that cannot get staging memory, or whose reads land, by
+  // its deadline). Always 0 for the flat store, which waits instead.
+  uint32_t revoked = 0;
 };
 
 // A restore in progress, returned by Store::Restore. The destination buffers must stay valid,

@@ -98,7 +98,7 @@ Status TieredStore::Init() {
     eo.kind = options_.io_engine;
     eo.workers = options_.io_workers;
     eo.queue_depth = options_.io_queue_depth;
-    FC_ASSIGN_OR_RETURN(engine_, MakeIoEngine(eo));
+    FC_ASSIGN_OR_RETURN(engine_, MakeIoEngine(eo, &io_note_));
     FC_RETURN_IF_ERROR(engine_->RegisterFiles(ssd_->fds()));
     FC_ASSIGN_OR_RETURN(staging_, DramArena::Create(options_.staging_bytes, HugePageMode::kNone));
   }
@@ -354,19 +354,22 @@ void TieredStore::TouchLocked(const Key& key, Object& obj) {
 // --- Put / Exists ---
 
 Status TieredStore::Put(std::span<const Key> keys, const KvLayout& layout, const BlockBuffers& src,
-                        uint32_t* admitted) {
+                        uint32_t* admitted, uint32_t* repersisted) {
   FC_RETURN_IF_ERROR(ValidateKvLayout(layout));
   FC_RETURN_IF_ERROR(ValidateBuffers(src, layout, keys.size()));
   const uint64_t obj_bytes = ObjectBytes(layout);
   {
     MutexLock lock(mu_);
-    if (obj_bytes_ == 0) obj_bytes_ = obj_bytes;
+    if (obj_bytes_ == 0) {
+      obj_bytes_ = obj_bytes;
+      block_bytes_ = layout.block_bytes();
+    }
     if (obj_bytes_ != obj_bytes) {
       return Status::InvalidArgument("tiered: every block must have the same layout (" +
                                      layout.ToString() + " differs)");
     }
   }
-  uint32_t n_admitted = 0;
+  uint32_t n_admitted = 0, n_repersisted = 0;
   Status result;
   for (uint64_t b = 0; b < keys.size(); ++b) {
     bool repersist = false;
@@ -397,26 +400,34 @@ Status TieredStore::Put(std::span<const Key> keys, const KvLayout& layout, const
     stats_.dram.written_bytes += obj_bytes;
     if (repersist) {
       stats_.repersisted++;
+      ++n_repersisted;
     } else {
       stats_.dram.admitted_bytes += obj_bytes;
       ++n_admitted;
     }
   }
   if (admitted) *admitted = n_admitted;
+  if (repersisted) *repersisted = n_repersisted;
   return result;
 }
 
-size_t TieredStore::Exists(std::span<const Key> keys) {
+LookupResult TieredStore::Lookup(std::span<const Key> keys) {
   MutexLock lock(mu_);
-  size_t n = 0;
+  LookupResult out;
   for (const Key& k : keys) {
     auto it = objects_.find(k);
     if (it == objects_.end() || it->second.writing) break;
     const Object& obj = it->second;
     if (obj.dram_off < 0 && obj.bucket < 0) break;
-    ++n;
+    if (obj.dram_off >= 0) {
+      out.dram_bytes += block_bytes_;
+    } else {
+      out.ssd_bytes += block_bytes_;
+      out.slowest_medium = MediaType::kSsd;
+    }
+    ++out.leading_hits;
   }
-  return n;
+  return out;
 }
 
 // --- Get ---
@@ -447,7 +458,8 @@ void TieredStore::ReleaseStaging(uint64_t off, uint64_t bytes) {
 }
 
 Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayout& layout,
-                                         const BlockBuffers& dst, double timeout_s) {
+                                         const BlockBuffers& dst, double timeout_s,
+                                         const std::function<void()>& on_delivered) {
   const auto t0 = std::chrono::steady_clock::now();
   FC_RETURN_IF_ERROR(ValidateKvLayout(layout));
   FC_RETURN_IF_ERROR(ValidateBuffers(dst, layout, keys.size()));
@@ -460,9 +472,12 @@ Result<TieredGetResult> TieredStore::Get(std::span<const Key> keys, const KvLayo
   if (!hits.ssd.empty() && ssd_) {
     const auto deadline =
         t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
-    FC_RETURN_IF_ERROR(DeliverSsdHits(keys, layout, dst, hits.ssd, t0, deadline, &r));
+    FC_RETURN_IF_ERROR(DeliverSsdHits(keys, layout, dst, hits.ssd, t0, deadline, on_delivered, &r));
   }
-  if (r.deliver_s == 0) r.deliver_s = Since(t0);
+  if (r.deliver_s == 0) {
+    r.deliver_s = Since(t0);
+    if (on_delivered) on_delivered();  // not yet called: nothing was promoted
+  }
   {
     MutexLock lock(mu_);
     stats_.dram.read_bytes += r.bytes_from_dram;
@@ -519,7 +534,7 @@ void TieredStore::CountRevokedLocked(uint32_t blocks, TieredGetResult* r) {
 Status TieredStore::DeliverSsdHits(std::span<const Key> keys, const KvLayout& layout,
                                    const BlockBuffers& dst, std::vector<uint32_t> ssd_hits,
                                    Clock::time_point t0, Clock::time_point deadline,
-                                   TieredGetResult* r) {
+                                   const std::function<void()>& on_delivered, TieredGetResult* r) {
   const uint64_t obj_bytes = ObjectBytes(layout);
   // Trim a prefetch larger than the whole pool to its leading part (it could never fit).
   const uint64_t fit = options_.staging_bytes / obj_bytes;
@@ -579,6 +594,7 @@ Status TieredStore::DeliverSsdHits(std::span<const Key> keys, const KvLayout& la
     if (!st.ok()) stats_.io_errors++;
   }
   r->deliver_s = Since(t0);
+  if (st.ok() && on_delivered) on_delivered();
   // Promote the delivered objects into DRAM (they become the most recently used). Like the
   // store's load-back of an offloaded object, a promotion reads it from SSD again.
   if (st.ok() && options_.promote_on_hit && options_.promotion_rereads && !plan.slices.empty()) {
@@ -721,6 +737,20 @@ TieredStats TieredStore::GetStats() const {
   s.dram.blocks_live = d;
   s.ssd.blocks_live = f;
   return s;
+}
+
+StoreInfo TieredStore::GetInfo() const {
+  StoreInfo info;
+  info.dram_page_mode = dram_->page_mode();
+  info.io_engine = engine_ ? std::string(engine_->name()) : "none";
+  info.io_note = io_note_;
+  if (ssd_) {
+    info.ssd_direct_io = ssd_->direct();
+    info.ssd_note = ssd_->note();
+    info.ssd_files = ssd_->num_files();
+  }
+  info.ssd_dirs = options_.ssd_dirs;
+  return info;
 }
 
 void TieredStore::CountObjects(uint64_t* dram, uint64_t* ssd) const {

@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <span>
@@ -72,6 +73,9 @@ struct TieredStoreOptions {
   // rather than reusing the staged copy that was delivered.
   bool promotion_rereads = true;
   uint32_t prefetch_batch_objects = 128;  // objects per batch of prefetch reads
+  // Tokens in one block: the timeout policy is per token, and the Store interface's Restore
+  // derives a prefetch's tokens from its keys (TieredStoreAdapter).
+  uint32_t tokens_per_block = 256;
 
   // --- I/O ---
   IoEngineKind io_engine = IoEngineKind::kAuto;
@@ -126,17 +130,26 @@ class TieredStore {
   TieredStore& operator=(const TieredStore&) = delete;
 
   // Admits every block not already in DRAM. A block held only on SSD is re-persisted into DRAM
-  // (counted as written, not admitted). `*admitted` (optional) receives the new blocks' count.
+  // (counted as written, not admitted). `*admitted` (optional) receives the new blocks' count,
+  // `*repersisted` (optional) the re-persisted ones'.
   Status Put(std::span<const Key> keys, const KvLayout& layout, const BlockBuffers& src,
-             uint32_t* admitted = nullptr);
+             uint32_t* admitted = nullptr, uint32_t* repersisted = nullptr);
+  // The leading keys held on either tier; an object with no DRAM copy counts as SSD (it is read
+  // from there), one held on both as DRAM. Bytes are the layout's block bytes.
+  LookupResult Lookup(std::span<const Key> keys);
   // Number of leading keys held on either tier.
-  size_t Exists(std::span<const Key> keys);
+  size_t Exists(std::span<const Key> keys) { return Lookup(keys).leading_hits; }
   // Copies the blocks of `keys` into `dst`: DRAM objects at once, SSD objects through the staging
   // pool, waiting for it at most `timeout_s` seconds before revoking. Misses are not errors.
+  // `on_delivered` (optional) runs on the calling thread once every delivered block is in `dst`,
+  // before the SSD hits are promoted (not on an error).
   Result<TieredGetResult> Get(std::span<const Key> keys, const KvLayout& layout,
-                              const BlockBuffers& dst, double timeout_s);
+                              const BlockBuffers& dst, double timeout_s,
+                              const std::function<void()>& on_delivered = {});
 
   TieredStats GetStats() const;
+  // What Open chose (page mode, I/O engine, SSD files), as Store::GetInfo reports it.
+  StoreInfo GetInfo() const;
   const TieredStoreOptions& options() const { return options_; }
   bool has_ssd() const { return ssd_ != nullptr; }
   // Live objects on each tier (a promoted object counts on both).
@@ -207,7 +220,8 @@ class TieredStore {
   // until `deadline`, delivers what landed and promotes it; the rest is revoked.
   Status DeliverSsdHits(std::span<const Key> keys, const KvLayout& layout, const BlockBuffers& dst,
                         std::vector<uint32_t> ssd_hits, std::chrono::steady_clock::time_point t0,
-                        std::chrono::steady_clock::time_point deadline, TieredGetResult* r);
+                        std::chrono::steady_clock::time_point deadline,
+                        const std::function<void()>& on_delivered, TieredGetResult* r);
   // Pins the buckets of the SSD hits still on SSD; returns their reads (`layer` = key index).
   std::vector<SliceRead> PinBucketsOfHits(std::span<const Key> keys,
                                           std::span<const uint32_t> ssd_hits, uint64_t obj_bytes,
@@ -231,6 +245,7 @@ class TieredStore {
   std::unique_ptr<SsdFilePool> ssd_;
   std::unique_ptr<IoEngine> engine_;
   uint64_t dram_cap_ = 0;
+  std::string io_note_;  // why MakeIoEngine fell back, if it did
 
   mutable Mutex mu_;
   std::unordered_map<Key, Object, KeyHash> objects_ GUARDED_BY(mu_);
@@ -243,6 +258,7 @@ class TieredStore {
   TieredStats stats_ GUARDED_BY(mu_);
   // Object size of the one layout this store holds (0 = none yet).
   uint64_t obj_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t block_bytes_ GUARDED_BY(mu_) = 0;  // that layout's block bytes (unaligned)
 
   Mutex evict_mu_ ACQUIRED_BEFORE(mu_);  // one eviction pass at a time
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <thread>
 
+#include "baseline/tiered_store_adapter.h"
 #include "util/block_content.h"
 #include "util/temp_dir.h"
 
@@ -227,6 +228,213 @@ TEST(TieredStoreTest, RejectsBadOptions) {
   o = SmallOptions("");
   o.eviction_ratio = 2;
   EXPECT_FALSE(TieredStore::Open(o).ok());
+}
+
+// --- through the Store interface (TieredStoreAdapter) ---
+
+std::unique_ptr<TieredStoreAdapter> OpenAdapter(const TieredStoreOptions& o) {
+  auto s = TieredStoreAdapter::Open(o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+void PutRange(Store& s, uint64_t ns, uint64_t first, uint64_t n) {
+  auto keys = MakeKeys(ns, first, n);
+  HostBlocks b(kLayout, n);
+  b.Fill(keys);
+  auto r = s.Put(keys, kLayout, b.buffers(), WriteHints{.force_medium = MediaType::kSsd});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->medium, MediaType::kDram);  // hints are ignored: everything is admitted to DRAM
+}
+
+// An adapter filled past the DRAM watermark (1:0..40, then 2:0..30): the least recently used
+// blocks of the first range are on SSD only, the second range is in DRAM.
+std::unique_ptr<TieredStoreAdapter> OpenOverflowed(const TieredStoreOptions& o) {
+  auto s = OpenAdapter(o);
+  if (s != nullptr) {
+    PutRange(*s, 1, 0, 40);
+    PutRange(*s, 2, 0, 30);
+  }
+  return s;
+}
+
+TEST(TieredStoreAdapterTest, PutAndLookupReportMediaAfterEvictionToSsd) {
+  TempDir dir("tiered");
+  auto s = OpenAdapter(SmallOptions(dir.path()));
+  ASSERT_NE(s, nullptr);
+  Store& store = *s;
+  auto keys = MakeKeys(1, 0, 10);
+  HostBlocks b(kLayout, 10);
+  b.Fill(keys);
+  auto p = store.Put(keys, kLayout, b.buffers());
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->written, 10u);
+  EXPECT_EQ(p->already_present, 0u);
+  p = store.Put(keys, kLayout, b.buffers());
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->written, 0u);
+  EXPECT_EQ(p->already_present, 10u);
+
+  LookupResult l = store.Lookup(MakeKeys(1, 0, 12));
+  EXPECT_EQ(l.leading_hits, 10u);
+  EXPECT_EQ(l.slowest_medium, MediaType::kDram);
+  EXPECT_EQ(l.dram_bytes, 10 * kBlock);
+  EXPECT_EQ(l.ssd_bytes, 0u);
+
+  PutRange(store, 1, 10, 30);
+  PutRange(store, 2, 0, 30);  // 70 blocks > 61: the oldest are evicted to SSD
+  l = store.Lookup(MakeKeys(1, 0, 2));
+  EXPECT_EQ(l.leading_hits, 2u);
+  EXPECT_EQ(l.slowest_medium, MediaType::kSsd);
+  EXPECT_EQ(l.ssd_bytes, 2 * kBlock);
+  EXPECT_EQ(l.dram_bytes, 0u);
+  EXPECT_EQ(store.Exists(MakeKeys(2, 0, 30)), 30u);
+  EXPECT_EQ(store.Lookup(MakeKeys(2, 0, 30)).slowest_medium, MediaType::kDram);
+}
+
+TEST(TieredStoreAdapterTest, RestoreIsDoneAtOnceAndReportsLayersInOrder) {
+  TempDir dir("tiered");
+  auto s = OpenOverflowed(SmallOptions(dir.path()));
+  ASSERT_NE(s, nullptr);
+  // Blocks 1:0..3 are on SSD, 2:0..3 in DRAM.
+  for (uint64_t ns : {1, 2}) {
+    auto keys = MakeKeys(ns, 0, 4);
+    HostBlocks got(kLayout, 4), want(kLayout, 4);
+    want.Fill(keys);
+    std::vector<uint32_t> layers;
+    RestoreOptions ro;
+    ro.on_layer = [&](uint32_t layer) {
+      // The data is in place when a layer is reported.
+      for (uint64_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(0, std::memcmp(SliceAddress(got.buffers(), kLayout, i, layer, 1),
+                                 SliceAddress(want.buffers(), kLayout, i, layer, 1),
+                                 kLayout.slice_bytes));
+      }
+      layers.push_back(layer);
+    };
+    auto h = s->Restore(keys, kLayout, got.buffers(), ro);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    EXPECT_TRUE((*h)->done());
+    EXPECT_TRUE((*h)->WaitFor(std::chrono::nanoseconds(0)));
+    EXPECT_EQ(layers, (std::vector<uint32_t>{0, 1, 2, 3}));
+    EXPECT_TRUE((*h)->WaitLayer(3).ok());
+    EXPECT_EQ((*h)->WaitLayer(4).code(), StatusCode::kInvalidArgument);
+    (*h)->Cancel();  // a no-op once done
+    auto r = (*h)->Wait();
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->hits, 4u);
+    EXPECT_EQ(r->leading_hits, 4u);
+    EXPECT_EQ(0, std::memcmp(got.block(0), want.block(0), 4 * kBlock));
+    if (ns == 1) {
+      EXPECT_EQ(r->bytes_from_ssd, 4 * kBlock);
+      EXPECT_EQ(r->bytes_from_dram, 0u);
+      EXPECT_GT(r->ssd_reads, 0u);
+      EXPECT_EQ(r->ssd_bytes_read, 4 * kBlock);
+      EXPECT_GT(r->ssd_read_ns, 0);
+    } else {
+      EXPECT_EQ(r->bytes_from_dram, 4 * kBlock);
+      EXPECT_EQ(r->ssd_reads, 0u);
+      EXPECT_EQ(r->queued_ns, 0);
+      EXPECT_EQ(r->ssd_read_ns, 0);
+    }
+  }
+}
+
+TEST(TieredStoreAdapterTest, GetEqualsRestoreAndWait) {
+  TempDir dir("tiered");
+  auto s = OpenOverflowed(SmallOptions(dir.path()));
+  ASSERT_NE(s, nullptr);
+  auto keys = MakeKeys(2, 0, 6);
+  HostBlocks a(kLayout, 6), b(kLayout, 6);
+  auto g = s->Get(keys, kLayout, a.buffers());
+  auto h = s->Restore(keys, kLayout, b.buffers());
+  ASSERT_TRUE(g.ok() && h.ok());
+  auto w = (*h)->Wait();
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(g->found, w->found);
+  EXPECT_EQ(g->hits, w->hits);
+  EXPECT_EQ(g->bytes_from_dram, w->bytes_from_dram);
+  EXPECT_EQ(0, std::memcmp(a.block(0), b.block(0), 6 * kBlock));
+  // A bad layout is an error, not a miss.
+  KvLayout bad = kLayout;
+  bad.slice_bytes *= 2;
+  HostBlocks c(bad, 6);
+  EXPECT_FALSE(s->Get(keys, bad, c.buffers()).ok());
+}
+
+TEST(TieredStoreAdapterTest, RevokedHitsAreMissesAndCounted) {
+  TempDir dir("tiered");
+  auto o = SmallOptions(dir.path());
+  o.staging_bytes = 4 * kBlock;
+  auto s = OpenOverflowed(o);
+  ASSERT_NE(s, nullptr);
+  auto keys = MakeKeys(1, 0, 10);
+  HostBlocks got(kLayout, 10);
+  auto r = s->Get(keys, kLayout, got.buffers());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->hits, 4u);
+  EXPECT_EQ(r->revoked, 6u);
+  EXPECT_EQ(r->found[4], 0u);
+  EXPECT_EQ(s->tiered().GetStats().revoked_blocks, 6u);
+}
+
+TEST(TieredStoreAdapterTest, StatsAndOptionsMapTheTieredStore) {
+  TempDir dir("tiered");
+  const auto o = SmallOptions(dir.path());
+  auto s = OpenOverflowed(o);
+  ASSERT_NE(s, nullptr);
+  HostBlocks got(kLayout, 4);
+  ASSERT_TRUE(s->Get(MakeKeys(1, 0, 4), kLayout, got.buffers()).ok());  // SSD
+  ASSERT_TRUE(s->Get(MakeKeys(2, 0, 4), kLayout, got.buffers()).ok());  // DRAM
+  ASSERT_TRUE(s->Get(MakeKeys(9, 0, 4), kLayout, got.buffers()).ok());  // misses
+  EXPECT_EQ(s->Exists(MakeKeys(2, 0, 4)), 4u);
+
+  const StoreStats st = s->GetStats();
+  const TieredStats t = s->tiered().GetStats();
+  EXPECT_EQ(st.puts, 2u);
+  EXPECT_EQ(st.gets, 3u);
+  EXPECT_EQ(st.exists_calls, 1u);
+  EXPECT_EQ(st.restores_ssd, 1u);
+  EXPECT_EQ(st.restores_dram_ready, 2u);
+  EXPECT_EQ(st.hits, 8u);
+  EXPECT_EQ(st.misses, 4u);
+  EXPECT_EQ(st.blocks_written, 70u);
+  EXPECT_EQ(st.dram.admitted_bytes, t.dram.admitted_bytes);
+  EXPECT_EQ(st.dram.written_bytes, t.dram.written_bytes);
+  EXPECT_EQ(st.ssd.written_bytes, t.ssd.written_bytes);
+  EXPECT_EQ(st.ssd.read_bytes, t.ssd.read_bytes);
+  EXPECT_EQ(st.ssd.delivered_bytes, 4 * kBlock);
+  EXPECT_EQ(st.dram.delivered_bytes, 4 * kBlock);
+  EXPECT_EQ(st.restore_window_peak_bytes, t.staging_peak_bytes);
+  EXPECT_GT(t.evictions, 0u);
+  EXPECT_EQ(t.promotions, 4u);
+
+  const StoreOptions& so = s->options();
+  EXPECT_EQ(so.dram_bytes, o.dram_bytes);
+  EXPECT_EQ(so.ssd_dirs, o.ssd_dirs);
+  EXPECT_EQ(so.ssd_bytes, o.ssd_bytes);
+  EXPECT_EQ(so.ssd_file_bytes, o.bucket_bytes);
+  EXPECT_EQ(so.tokens_per_block, o.tokens_per_block);
+  EXPECT_EQ(so.io_engine, IoEngineKind::kPreadv);
+  const StoreInfo info = s->GetInfo();
+  EXPECT_EQ(info.ssd_dirs, o.ssd_dirs);
+  EXPECT_EQ(info.ssd_files, 4u);
+  EXPECT_FALSE(info.io_engine.empty());
+}
+
+TEST(TieredStoreAdapterTest, PrefetchTimeoutComesFromTheKeysTokens) {
+  TempDir dir("tiered");
+  auto o = SmallOptions(dir.path());
+  // A deadline already passed for any prefetch: the SSD hits' first batch lands too late.
+  o.prefetch_timeout_base_s = 0;
+  o.prefetch_timeout_per_ki_token_s = 0;
+  auto s = OpenOverflowed(o);
+  ASSERT_NE(s, nullptr);
+  HostBlocks got(kLayout, 4);
+  auto r = s->Get(MakeKeys(1, 0, 4), kLayout, got.buffers());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->hits, 0u);
+  EXPECT_EQ(r->revoked, 4u);
 }
 
 }  // namespace

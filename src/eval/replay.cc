@@ -9,9 +9,11 @@
 #include <deque>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
+#include "baseline/tiered_store_adapter.h"
 #include "flatcake/store.h"
 #include "util/align.h"
 #include "util/block_content.h"
@@ -52,44 +54,35 @@ struct WorkerBuffers {
   }
 };
 
-// The policy under test behind one narrow interface.
-class Backend {
+// The policy under test, through the Store interface (the flat store, or the tiered baseline's
+// adapter; `tiered` is set for the latter, for its own report counters).
+class StoreBackend {
  public:
-  virtual ~Backend() = default;
-  virtual size_t Lookup(std::span<const Key> keys) = 0;
-  // Restores `keys` into `dst` for a request that arrived at `arrival`; blocks until the data is
-  // ready for prefill.
-  virtual RestoreOutcome Restore(std::span<const Key> keys, const BlockBuffers& dst,
-                                 uint64_t hit_tokens, Clock::time_point arrival) = 0;
-  // Writes the blocks a request recomputed; `prefix_len` blocks before keys[0] were restored,
-  // the last of them being `tail` (when prefix_len > 0).
-  virtual Status Write(std::span<const Key> keys, const BlockBuffers& src, size_t req,
-                       size_t prefix_len, const Key& tail) = 0;
-  virtual void Finish(ReplayReport* report) = 0;
-};
-
-// --- flat: the store's own restore API (FC-MAS runs inside the store) ---
-
-class FlatBackend final : public Backend {
- public:
-  FlatBackend(std::unique_ptr<Store> store, const KvLayout& layout, uint32_t block_tokens,
-              std::vector<RequestHints> hints)
+  StoreBackend(std::unique_ptr<Store> store, baseline::TieredStoreAdapter* tiered,
+               const KvLayout& layout, uint32_t block_tokens, std::vector<RequestHints> hints)
       : store_(std::move(store)),
+        tiered_(tiered),
         layout_(layout),
         block_tokens_(block_tokens),
         hints_(std::move(hints)) {}
 
-  size_t Lookup(std::span<const Key> keys) override { return store_->Exists(keys); }
+  size_t Lookup(std::span<const Key> keys) { return store_->Exists(keys); }
 
-  RestoreOutcome Restore(std::span<const Key> keys, const BlockBuffers& dst, uint64_t,
-                         Clock::time_point arrival) override {
+  // Restores `keys` into `dst` for a request that arrived at `arrival`; blocks until the data is
+  // ready for prefill.
+  RestoreOutcome Restore(std::span<const Key> keys, const BlockBuffers& dst,
+                         Clock::time_point arrival) {
     RestoreOutcome out;
     RestoreOptions ro;
     ro.arrival_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(arrival.time_since_epoch()).count();
+    // The tiered store promotes its SSD hits into DRAM after delivering them, before Get
+    // returns: its request is ready when its layers were delivered.
+    std::optional<Clock::time_point> delivered;
+    if (tiered_ != nullptr) ro.on_layer = [&](uint32_t) { delivered = Clock::now(); };
     const auto t0 = Clock::now();
     auto r = store_->Get(keys, layout_, dst, ro);
-    out.ready = Clock::now();
+    out.ready = delivered.value_or(Clock::now());
     if (!r.ok()) {
       out.status = r.status();
       out.found.assign(keys.size(), 0);
@@ -97,18 +90,21 @@ class FlatBackend final : public Backend {
     }
     out.found = r->found;
     out.corrupt = r->corrupt;
+    out.revoked = r->revoked;
     const uint64_t bb = layout_.block_bytes();
     out.from_ssd_blocks = r->bytes_from_ssd / bb;
     out.from_dram_blocks = r->bytes_from_dram / bb;
-    out.ssd = r->ssd_reads > 0;
+    out.ssd = r->ssd_reads > 0 || r->revoked > 0;
     // The reads' interval, queueing for the window excluded (arrival may precede t0).
     out.io_begin = std::max(t0, arrival + std::chrono::nanoseconds(r->queued_ns));
     out.io_end = out.io_begin + std::chrono::nanoseconds(r->ssd_read_ns);
     return out;
   }
 
+  // Writes the blocks a request recomputed; `prefix_len` blocks before keys[0] were restored,
+  // the last of them being `tail` (when prefix_len > 0).
   Status Write(std::span<const Key> keys, const BlockBuffers& src, size_t req, size_t prefix_len,
-               const Key& tail) override {
+               const Key& tail) {
     const RequestHints& h = hints_[req];
     WriteHints wh;
     wh.session = h.session;
@@ -119,7 +115,7 @@ class FlatBackend final : public Backend {
     return store_->Put(keys, layout_, src, wh).status();
   }
 
-  void Finish(ReplayReport* rep) override {
+  void Finish(ReplayReport* rep) {
     StoreStats s = store_->GetStats();
     rep->ssd_bytes_read = s.ssd.read_bytes;
     rep->ssd_bytes_delivered = s.ssd.delivered_bytes;
@@ -127,65 +123,22 @@ class FlatBackend final : public Backend {
     rep->dram_bytes_written = s.dram.written_bytes;
     rep->bytes_admitted = s.dram.admitted_bytes + s.ssd.admitted_bytes;
     rep->scopes_reclaimed = s.dram.scopes_reclaimed + s.ssd.scopes_reclaimed;
+    if (tiered_ != nullptr) {
+      const baseline::TieredStats t = tiered_->tiered().GetStats();
+      rep->promotions = t.promotions;
+      rep->evictions = t.evictions;
+      rep->offloads = t.offloads;
+      rep->buckets_dropped = t.buckets_dropped;
+      rep->revocations = t.revocations;
+    }
   }
 
  private:
   std::unique_ptr<Store> store_;
+  baseline::TieredStoreAdapter* const tiered_;
   const KvLayout layout_;
   const uint32_t block_tokens_;
   const std::vector<RequestHints> hints_;
-};
-
-// --- tiered / DRAM-only ---
-
-class TieredBackend final : public Backend {
- public:
-  TieredBackend(std::unique_ptr<baseline::TieredStore> store, const KvLayout& layout)
-      : store_(std::move(store)), layout_(layout) {}
-  size_t Lookup(std::span<const Key> keys) override { return store_->Exists(keys); }
-  RestoreOutcome Restore(std::span<const Key> keys, const BlockBuffers& dst, uint64_t hit_tokens,
-                         Clock::time_point) override {
-    RestoreOutcome out;
-    const auto t0 = Clock::now();
-    const double timeout = baseline::PrefetchTimeoutSeconds(store_->options(), hit_tokens);
-    auto r = store_->Get(keys, layout_, dst, timeout);
-    if (!r.ok()) {
-      out.status = r.status();
-      out.found.assign(keys.size(), 0);
-      out.ready = Clock::now();
-      return out;
-    }
-    out.found = r->found;
-    out.from_dram_blocks = r->dram_hits;
-    out.from_ssd_blocks = r->ssd_hits;
-    out.revoked = r->revoked;
-    out.ssd = r->ssd_hits + r->revoked > 0;
-    out.ready = t0 + FromSecs(r->deliver_s);
-    out.io_begin = t0 + FromSecs(r->staging_wait_s);
-    out.io_end = out.ready;
-    return out;
-  }
-  Status Write(std::span<const Key> keys, const BlockBuffers& src, size_t, size_t,
-               const Key&) override {
-    return store_->Put(keys, layout_, src);
-  }
-  void Finish(ReplayReport* rep) override {
-    baseline::TieredStats s = store_->GetStats();
-    rep->ssd_bytes_read = s.ssd.read_bytes;
-    rep->ssd_bytes_delivered = s.ssd.delivered_bytes;
-    rep->ssd_bytes_written = s.ssd.written_bytes;
-    rep->dram_bytes_written = s.dram.written_bytes;
-    rep->bytes_admitted = s.dram.admitted_bytes + s.ssd.admitted_bytes;
-    rep->promotions = s.promotions;
-    rep->evictions = s.evictions;
-    rep->offloads = s.offloads;
-    rep->buckets_dropped = s.buckets_dropped;
-    rep->revocations = s.revocations;
-  }
-
- private:
-  std::unique_ptr<baseline::TieredStore> store_;
-  const KvLayout layout_;
 };
 
 // --- the driver ---
@@ -199,7 +152,7 @@ struct RequestRecord {
 class Replayer {
  public:
   Replayer(const std::vector<trace::TraceRequest>& reqs, const ReplayOptions& o,
-           const KvLayout& layout, uint32_t block_tokens, Backend* backend)
+           const KvLayout& layout, uint32_t block_tokens, StoreBackend* backend)
       : reqs_(reqs),
         o_(o),
         layout_(layout),
@@ -343,9 +296,7 @@ class Replayer {
     Clock::time_point ready = t_start;
     if (n > 0) {
       BlockBuffers dst = buf.Prepare(buf.in, buf.in_ptrs, n, bb);
-      const uint64_t hit_tokens = std::min<uint64_t>(n * block_tokens_, req.input_tokens);
-      RestoreOutcome out =
-          backend_->Restore(std::span<const Key>(keys.data(), n), dst, hit_tokens, a.at);
+      RestoreOutcome out = backend_->Restore(std::span<const Key>(keys.data(), n), dst, a.at);
       if (!out.status.ok()) Fail(out.status);
       ready = out.ready;
       revoked = out.revoked;
@@ -415,7 +366,7 @@ class Replayer {
   const ReplayOptions& o_;
   const KvLayout layout_;
   const uint32_t block_tokens_;
-  Backend* backend_;
+  StoreBackend* backend_;
   Clock::time_point start_;
 
   std::mutex qmu_;
@@ -548,7 +499,7 @@ Result<ReplayReport> RunReplay(const std::vector<trace::TraceRequest>& requests,
   rep.block_bytes = layout.block_bytes();
   rep.block_tokens = block_tokens;
 
-  std::unique_ptr<Backend> backend;
+  std::unique_ptr<StoreBackend> backend;
   if (o.policy == ReplayPolicy::kFlat) {
     StoreOptions so;
     so.dram_bytes = o.dram_bytes;
@@ -567,12 +518,13 @@ Result<ReplayReport> RunReplay(const std::vector<trace::TraceRequest>& requests,
     so.io_engine = o.io_engine;
     so.max_scopes = 1 << 18;
     FC_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(so));
-    backend = std::make_unique<FlatBackend>(std::move(store), layout, block_tokens,
-                                            DeriveHints(requests));
+    backend = std::make_unique<StoreBackend>(std::move(store), nullptr, layout, block_tokens,
+                                             DeriveHints(requests));
   } else {
     baseline::TieredStoreOptions to = o.tiered;
     to.dram_bytes = o.dram_bytes;
     to.io_engine = o.io_engine;
+    to.tokens_per_block = block_tokens;  // the prefetch timeout counts the hits' tokens
     if (o.policy == ReplayPolicy::kTiered) {
       to.ssd_dirs = {o.dir};
       to.ssd_bytes = o.ssd_bytes;
@@ -583,8 +535,11 @@ Result<ReplayReport> RunReplay(const std::vector<trace::TraceRequest>& requests,
     } else {
       to.ssd_dirs.clear();
     }
-    FC_ASSIGN_OR_RETURN(auto store, baseline::TieredStore::Open(to));
-    backend = std::make_unique<TieredBackend>(std::move(store), layout);
+    FC_ASSIGN_OR_RETURN(std::unique_ptr<baseline::TieredStoreAdapter> store,
+                        baseline::TieredStoreAdapter::Open(to));
+    baseline::TieredStoreAdapter* tiered = store.get();
+    backend = std::make_unique<StoreBackend>(std::move(store), tiered, layout, block_tokens,
+                                             DeriveHints(requests));
   }
   Replayer replayer(requests, o, layout, block_tokens, backend.get());
   replayer.Run(&rep);

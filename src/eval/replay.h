@@ -3,14 +3,16 @@
 //
 // Each request, at its (scaled) arrival time, is taken by one of `workers` threads, which
 //  1. looks up its prefix (leading hits) and restores the hits with real reads into per-request
-//     host buffers: flat through the store's restore API (Store::Get with the request's arrival
-//     time; the store's FC-MAS serves DRAM-ready restores at once and queues SSD ones for its
-//     read window); tiered through its staging pool, with revocation at the deadline;
+//     host buffers, every policy through the Store interface (Store::Get with the request's
+//     arrival time): flat's FC-MAS serves DRAM-ready restores at once and queues SSD ones for its
+//     read window; tiered (baseline::TieredStoreAdapter) stages SSD hits through its pool, with
+//     revocation at the deadline, and is ready once its hits are delivered (promotion excluded);
 //  2. verifies every restored byte against the deterministic content of its block (FillBlock);
 //  3. models GPU prefill of the tokens it did not restore as time on one shared GPU (a serial
 //     server at `prefill_tokens_per_s`); TTFT = queueing + restore + waiting for and running
 //     prefill;
-//  4. writes its new blocks with real writes (flat: Put with WriteHints derived from the trace).
+//  4. writes its new blocks with real writes (Put with WriteHints derived from the trace; the
+//     tiered store ignores them).
 //
 // Thread safety: RunReplay is self-contained; concurrent calls need distinct directories.
 #pragma once
