@@ -18,9 +18,7 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +27,7 @@
 #include "flatcake/layout.h"
 #include "flatcake/store.h"
 #include "py_convert.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake::py {
 namespace {
@@ -185,16 +184,16 @@ class PyStore {
         Unwrap(WithStore([](Store& s) -> Result<StoreOptions> { return s.options(); })));
   }
 
-  void Close() {
+  void Close() EXCLUDES(mu_, restores_mu_) {
     std::unique_ptr<Store> doomed;
     {
       pyb::gil_scoped_release release;
-      std::unique_lock lock(mu_);
+      WriterLock lock(mu_);
       // No restore starts now; those still running are cancelled and waited for, so their
       // handles are done (and independent of the store) before it goes.
       std::vector<std::shared_ptr<RestoreHandle>> live;
       {
-        std::lock_guard reg(restores_mu_);
+        MutexLock reg(restores_mu_);
         for (auto& w : restores_) {
           if (auto h = w.lock()) live.push_back(std::move(h));
         }
@@ -210,9 +209,9 @@ class PyStore {
     }
   }
 
-  bool closed() {
+  bool closed() EXCLUDES(mu_) {
     pyb::gil_scoped_release release;
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     return store_ == nullptr;
   }
 
@@ -224,7 +223,7 @@ class PyStore {
     std::optional<R> result;
     {
       pyb::gil_scoped_release release;
-      std::shared_lock lock(mu_);
+      ReaderLock lock(mu_);
       if (store_ != nullptr) result.emplace(fn(*store_));
     }
     if (!result) RaiseStatus(Status::Aborted("the store is closed"));
@@ -238,8 +237,8 @@ class PyStore {
   }
 
   // Remembers an unfinished restore for Close; forgets finished ones as the list grows.
-  void Register(const std::shared_ptr<RestoreHandle>& h) {
-    std::lock_guard reg(restores_mu_);
+  void Register(const std::shared_ptr<RestoreHandle>& h) EXCLUDES(restores_mu_) {
+    MutexLock reg(restores_mu_);
     if (restores_.size() >= 2 * registry_floor_) {
       std::erase_if(restores_, [](const std::weak_ptr<RestoreHandle>& w) {
         auto p = w.lock();
@@ -250,11 +249,11 @@ class PyStore {
     restores_.push_back(h);
   }
 
-  std::shared_mutex mu_;
-  std::unique_ptr<Store> store_;  // null after Close()
-  std::mutex restores_mu_;
-  std::vector<std::weak_ptr<RestoreHandle>> restores_;  // guarded by restores_mu_
-  size_t registry_floor_ = 64;                          // guarded by restores_mu_
+  SharedMutex mu_ ACQUIRED_BEFORE(restores_mu_);
+  std::unique_ptr<Store> store_ GUARDED_BY(mu_);  // null after Close()
+  Mutex restores_mu_;
+  std::vector<std::weak_ptr<RestoreHandle>> restores_ GUARDED_BY(restores_mu_);
+  size_t registry_floor_ GUARDED_BY(restores_mu_) = 64;
 };
 
 std::shared_ptr<PyStore> OpenStore(const pyb::dict& config) {

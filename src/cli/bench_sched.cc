@@ -16,12 +16,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -37,6 +35,7 @@
 #include "util/align.h"
 #include "util/block_content.h"
 #include "util/temp_dir.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake::cli {
 namespace {
@@ -224,8 +223,8 @@ class SchedDataSet {
 class DestPool {
  public:
   explicit DestPool(uint64_t bytes) : bytes_(bytes) {}
-  uint8_t* Take() {
-    std::lock_guard lock(mu_);
+  uint8_t* Take() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (free_.empty()) {
       owned_.push_back(std::make_unique<uint8_t[]>(bytes_));
       std::memset(owned_.back().get(), 0, bytes_);
@@ -235,8 +234,8 @@ class DestPool {
     free_.pop_back();
     return p;
   }
-  void Give(uint8_t* p) {
-    std::lock_guard lock(mu_);
+  void Give(uint8_t* p) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     free_.push_back(p);
   }
   void Reserve(size_t n) {
@@ -247,9 +246,9 @@ class DestPool {
 
  private:
   const uint64_t bytes_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<uint8_t[]>> owned_;
-  std::vector<uint8_t*> free_;
+  Mutex mu_;
+  std::vector<std::unique_ptr<uint8_t[]>> owned_ GUARDED_BY(mu_);
+  std::vector<uint8_t*> free_ GUARDED_BY(mu_);
 };
 
 Result<PolicyRun> RunStore(SchedPolicy policy, const SchedBenchOptions& o,
@@ -277,22 +276,25 @@ Result<PolicyRun> RunStore(SchedPolicy policy, const SchedBenchOptions& o,
     std::unique_ptr<RestoreHandle> handle;
   };
   std::vector<std::atomic<int64_t>> done_ns(arrivals.size());
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<InFlight> queue;
-  bool closed = false;
-  Status failure;
+  // Shared with the collector (a struct, as GUARDED_BY applies to members only).
+  struct Handoff {
+    Mutex mu;
+    CondVar cv;
+    std::deque<InFlight> queue GUARDED_BY(mu);
+    bool closed GUARDED_BY(mu) = false;
+    Status failure GUARDED_BY(mu);
+  } handoff;
   // The collector waits for the restores in submission order and recycles their buffers; the
   // latencies come from the layer callbacks, so waiting in order does not skew them.
   std::thread collector([&] {
     for (;;) {
       InFlight f;
       {
-        std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return closed || !queue.empty(); });
-        if (queue.empty()) return;
-        f = std::move(queue.front());
-        queue.pop_front();
+        MutexLock lock(handoff.mu);
+        while (!handoff.closed && handoff.queue.empty()) handoff.cv.Wait(handoff.mu);
+        if (handoff.queue.empty()) return;
+        f = std::move(handoff.queue.front());
+        handoff.queue.pop_front();
       }
       Result<GetResult> r = f.handle->Wait();
       Status st = r.ok() ? Status::OK() : r.status();
@@ -303,8 +305,8 @@ Result<PolicyRun> RunStore(SchedPolicy policy, const SchedBenchOptions& o,
       }
       pool.Give(f.dst);
       if (!st.ok()) {
-        std::lock_guard lock(mu);
-        if (failure.ok()) failure = st;
+        MutexLock lock(handoff.mu);
+        if (handoff.failure.ok()) handoff.failure = st;
       }
     }
   });
@@ -327,22 +329,28 @@ Result<PolicyRun> RunStore(SchedPolicy policy, const SchedBenchOptions& o,
     auto h = store->Restore(keys, layout, {BufferKind::kBlockContiguous, ptrs}, ro);
     if (!h.ok()) {
       pool.Give(dst);
-      std::lock_guard lock(mu);
-      failure = h.status();
+      MutexLock lock(handoff.mu);
+      handoff.failure = h.status();
       break;
     }
     {
-      std::lock_guard lock(mu);
-      queue.push_back(InFlight{i, keys.size(), dst, std::move(*h)});
+      MutexLock lock(handoff.mu);
+      handoff.queue.push_back(InFlight{i, keys.size(), dst, std::move(*h)});
     }
-    cv.notify_one();
+    handoff.cv.NotifyOne();
   }
   {
-    std::lock_guard lock(mu);
-    closed = true;
+    MutexLock lock(handoff.mu);
+    handoff.closed = true;
   }
-  cv.notify_one();
+  handoff.cv.NotifyOne();
   collector.join();
+  Status failure;
+  {
+    // Uncontended (the collector has been joined); the lock is taken for the analysis.
+    MutexLock lock(handoff.mu);
+    failure = handoff.failure;
+  }
   FC_RETURN_IF_ERROR(failure);
 
   PolicyRun run;

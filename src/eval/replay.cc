@@ -4,11 +4,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <filesystem>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -17,6 +15,7 @@
 #include "flatcake/store.h"
 #include "util/align.h"
 #include "util/block_content.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake::eval {
 namespace {
@@ -173,7 +172,11 @@ class Replayer {
       at[i] = std::max(0.0, t);
     }
     start_ = Clock::now();
-    gpu_free_ = start_;
+    {
+      // Uncontended (no worker has started); the lock is taken for the analysis.
+      MutexLock lock(gmu_);
+      gpu_free_ = start_;
+    }
     std::vector<std::thread> workers;
     for (uint32_t w = 0; w < std::max<uint32_t>(1, o_.workers); ++w) {
       workers.emplace_back([this] { WorkerLoop(); });
@@ -182,23 +185,28 @@ class Replayer {
       for (size_t i = 0; i < reqs_.size(); ++i) {
         std::this_thread::sleep_until(start_ + FromSecs(at[i]));
         {
-          std::lock_guard<std::mutex> lock(qmu_);
+          MutexLock lock(qmu_);
           queue_.push_back(Arrival{i, start_ + FromSecs(at[i])});
         }
-        qcv_.notify_one();
+        qcv_.NotifyOne();
       }
-      std::lock_guard<std::mutex> lock(qmu_);
+      MutexLock lock(qmu_);
       closed_ = true;
-      qcv_.notify_all();
+      qcv_.NotifyAll();
     });
     while (done_.load() < reqs_.size()) {
       if (o_.progress) o_.progress(done_.load(), reqs_.size());
-      std::unique_lock<std::mutex> lock(dmu_);
-      dcv_.wait_for(lock, std::chrono::milliseconds(100),
-                    [&] { return done_.load() >= reqs_.size(); });
+      MutexLock lock(dmu_);
+      const auto deadline = Clock::now() + std::chrono::milliseconds(100);
+      while (done_.load() < reqs_.size()) {
+        if (!dcv_.WaitUntil(dmu_, deadline)) break;
+      }
     }
     dispatcher.join();
     for (auto& t : workers) t.join();
+    // Uncontended (every worker has been joined); the locks are taken for the analysis.
+    MutexLock stats_lock(smu_);
+    MutexLock gpu_lock(gmu_);
     if (o_.progress) o_.progress(reqs_.size(), reqs_.size());
     const auto end = Clock::now();
     rep->duration_s = Secs(end - start_);
@@ -264,19 +272,19 @@ class Replayer {
     for (;;) {
       Arrival a;
       {
-        std::unique_lock<std::mutex> lock(qmu_);
-        qcv_.wait(lock, [&] { return closed_ || !queue_.empty(); });
+        MutexLock lock(qmu_);
+        while (!closed_ && queue_.empty()) qcv_.Wait(qmu_);
         if (queue_.empty()) return;
         a = queue_.front();
         queue_.pop_front();
       }
       Serve(a, buf);
-      if (done_.fetch_add(1) + 1 == reqs_.size()) dcv_.notify_all();
+      if (done_.fetch_add(1) + 1 == reqs_.size()) dcv_.NotifyAll();
     }
   }
 
-  void Fail(const Status& st) {
-    std::lock_guard<std::mutex> lock(smu_);
+  void Fail(const Status& st) EXCLUDES(smu_) {
+    MutexLock lock(smu_);
     errors_++;
     if (first_error_.empty()) first_error_ = st.ToString();
   }
@@ -312,7 +320,7 @@ class Replayer {
       // Attribute the delivered blocks to media in the store's proportions.
       const uint64_t got = out.from_dram_blocks + out.from_ssd_blocks;
       from_ssd = got ? std::min<uint64_t>(delivered, delivered * out.from_ssd_blocks / got) : 0;
-      std::lock_guard<std::mutex> lock(smu_);
+      MutexLock lock(smu_);
       records_[a.index].restore_s = Secs(ready - t_start);
       if (out.ssd) {
         ssd_intervals_.emplace_back(Secs(out.io_begin - start_), Secs(out.io_end - start_));
@@ -325,7 +333,7 @@ class Replayer {
     const double prefill_s = miss_tokens / o_.model.prefill_tokens_per_s;
     Clock::time_point gpu_end;
     {
-      std::lock_guard<std::mutex> lock(gmu_);
+      MutexLock lock(gmu_);
       const Clock::time_point start = std::max(ready, gpu_free_);
       gpu_end = start + FromSecs(prefill_s);
       gpu_free_ = gpu_end;
@@ -333,7 +341,7 @@ class Replayer {
     }
     std::this_thread::sleep_until(gpu_end);
     {
-      std::lock_guard<std::mutex> lock(smu_);
+      MutexLock lock(smu_);
       records_[a.index].ttft_s = Secs(gpu_end - a.at);
       input_tokens_ += req.input_tokens;
       lookup_hits_ += n;
@@ -369,25 +377,29 @@ class Replayer {
   StoreBackend* backend_;
   Clock::time_point start_;
 
-  std::mutex qmu_;
-  std::condition_variable qcv_;
-  std::deque<Arrival> queue_;
-  bool closed_ = false;
+  Mutex qmu_;
+  CondVar qcv_;
+  std::deque<Arrival> queue_ GUARDED_BY(qmu_);
+  bool closed_ GUARDED_BY(qmu_) = false;
 
-  std::mutex dmu_;
-  std::condition_variable dcv_;
+  // Wakes Run to report progress; guards nothing (done_ is atomic).
+  Mutex dmu_;
+  CondVar dcv_;
   std::atomic<uint64_t> done_{0};
 
-  std::mutex gmu_;
-  Clock::time_point gpu_free_;
-  double gpu_busy_s_ = 0;
+  Mutex gmu_;
+  Clock::time_point gpu_free_ GUARDED_BY(gmu_);
+  double gpu_busy_s_ GUARDED_BY(gmu_) = 0;
 
-  std::mutex smu_;
-  std::vector<RequestRecord> records_;
-  uint64_t input_tokens_ = 0, hit_dram_ = 0, hit_ssd_ = 0, recomputed_ = 0, lookup_hits_ = 0,
-           revoked_ = 0, mismatches_ = 0, errors_ = 0;
-  std::vector<std::pair<double, double>> ssd_intervals_;  // SSD restores in flight (s from start)
-  std::string first_error_;
+  Mutex smu_;
+  std::vector<RequestRecord> records_ GUARDED_BY(smu_);
+  uint64_t input_tokens_ GUARDED_BY(smu_) = 0, hit_dram_ GUARDED_BY(smu_) = 0,
+                         hit_ssd_ GUARDED_BY(smu_) = 0, recomputed_ GUARDED_BY(smu_) = 0,
+                         lookup_hits_ GUARDED_BY(smu_) = 0, revoked_ GUARDED_BY(smu_) = 0,
+                         mismatches_ GUARDED_BY(smu_) = 0, errors_ GUARDED_BY(smu_) = 0;
+  // SSD restores in flight (s from start).
+  std::vector<std::pair<double, double>> ssd_intervals_ GUARDED_BY(smu_);
+  std::string first_error_ GUARDED_BY(smu_);
 };
 
 }  // namespace

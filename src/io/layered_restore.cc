@@ -28,7 +28,11 @@ std::shared_ptr<LayeredRestore> LayeredRestore::Start(
   const bool split = num_layers > 1 && total_slices >= kSplitSlices;
   std::shared_ptr<LayeredRestore> self(
       new LayeredRestore(split, std::move(on_layer), std::move(on_done)));
-  self->parts_left_ = split ? 2 : 1;
+  {
+    // Uncontended (no part has started yet); the lock is taken for the analysis.
+    MutexLock lock(self->mu_);
+    self->parts_left_ = split ? 2 : 1;
+  }
   LayeredRestore* const raw = self.get();
   // Each part's end holds the restore alive until the last one has run.
   ::flatcake::DoneCallback part_done = [self](const Status& st, const ReaderStats& rs) {
@@ -63,7 +67,7 @@ std::shared_ptr<LayeredRestore> LayeredRestore::Start(
 }
 
 void LayeredRestore::Hold(std::shared_ptr<ReaderHandle> h, bool first) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (done_) return;
   if (!status_.ok()) h->Cancel(status_);
   (first ? first_ : rest_) = std::move(h);
@@ -72,7 +76,7 @@ void LayeredRestore::Hold(std::shared_ptr<ReaderHandle> h, bool first) {
 void LayeredRestore::Cancel(const Status& why) { Fail(why); }
 
 void LayeredRestore::Fail(const Status& st) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (done_ || !status_.ok()) return;
   status_ = st;
   if (first_) first_->Cancel(st);
@@ -85,7 +89,7 @@ void LayeredRestore::PartDone(const Status& st, const ReaderStats& rs) {
   ReaderStats final_stats;
   std::shared_ptr<ReaderHandle> first, rest;  // released outside the lock
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     AddStats(rs, &stats_);
     if (--parts_left_ > 0) return;
     done_ = true;
@@ -103,7 +107,7 @@ void LayeredRestore::OnFirstLayer(uint32_t layer, const Status& st) {
     return;
   }
   if (layer != 0) return;  // the first part has only layer 0; the rest reports the others
-  std::lock_guard<std::mutex> lock(gate_mu_);
+  MutexLock lock(gate_mu_);
   if (st.ok()) {
     if (on_layer_) on_layer_(0);
   } else {
@@ -118,7 +122,7 @@ void LayeredRestore::OnFirstLayer(uint32_t layer, const Status& st) {
 
 void LayeredRestore::OnRestLayer(uint32_t layer, const Status& st) {
   if (layer == 0 || !st.ok()) return;  // layer 0 is the first part's
-  std::lock_guard<std::mutex> lock(gate_mu_);
+  MutexLock lock(gate_mu_);
   if (first_reported_) {
     if (on_layer_) on_layer_(layer);
   } else {

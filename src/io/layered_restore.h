@@ -18,10 +18,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "io/restore_reader.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake {
 
@@ -55,29 +55,31 @@ class LayeredRestore {
  private:
   LayeredRestore(bool split, std::function<void(uint32_t)> on_layer, DoneCallback on_done);
   // One reader restore ended; the last one completes the layered restore.
-  void PartDone(const Status& st, const ReaderStats& rs);
+  void PartDone(const Status& st, const ReaderStats& rs) EXCLUDES(mu_);
   // Records the first error and cancels both parts.
-  void Fail(const Status& st);
-  void OnFirstLayer(uint32_t layer, const Status& st);
-  void OnRestLayer(uint32_t layer, const Status& st);
+  void Fail(const Status& st) EXCLUDES(mu_);
+  void OnFirstLayer(uint32_t layer, const Status& st) EXCLUDES(gate_mu_);
+  void OnRestLayer(uint32_t layer, const Status& st) EXCLUDES(gate_mu_);
   // Keeps `h` for Cancel, unless the restore is over (then it is not needed any more).
-  void Hold(std::shared_ptr<ReaderHandle> h, bool first);
+  void Hold(std::shared_ptr<ReaderHandle> h, bool first) EXCLUDES(mu_);
 
   const bool split_;
   const std::function<void(uint32_t)> on_layer_;
   const DoneCallback on_done_;
 
-  std::mutex mu_;
-  std::shared_ptr<ReaderHandle> first_, rest_;  // guarded by mu_; dropped when done
-  Status status_;                               // guarded by mu_: the first error
-  ReaderStats stats_;                           // guarded by mu_
-  int parts_left_ = 0;                          // guarded by mu_
-  bool done_ = false;                           // guarded by mu_
+  Mutex mu_;
+  std::shared_ptr<ReaderHandle> first_ GUARDED_BY(mu_);  // dropped when done
+  std::shared_ptr<ReaderHandle> rest_ GUARDED_BY(mu_);   // dropped when done
+  Status status_ GUARDED_BY(mu_);                        // the first error
+  ReaderStats stats_ GUARDED_BY(mu_);
+  int parts_left_ GUARDED_BY(mu_) = 0;
+  bool done_ GUARDED_BY(mu_) = false;
 
-  // Layer reports of a split restore, merged into one ordered stream.
-  std::mutex gate_mu_;
-  bool first_reported_ = false;  // guarded by gate_mu_: the first part's layer 0 went out
-  std::vector<uint32_t> held_;   // guarded by gate_mu_: the rest's OK layers that came earlier
+  // Layer reports of a split restore, merged into one ordered stream. Taken before mu_ (a failed
+  // first layer fails the restore under it).
+  Mutex gate_mu_ ACQUIRED_BEFORE(mu_);
+  bool first_reported_ GUARDED_BY(gate_mu_) = false;  // the first part's layer 0 went out
+  std::vector<uint32_t> held_ GUARDED_BY(gate_mu_);   // the rest's OK layers that came earlier
 };
 
 }  // namespace flatcake

@@ -93,7 +93,11 @@ Status FlatStore::Init() {
   }
   index_ = std::make_unique<BlockIndex>(cap);
   scopes_ = std::make_unique<ScopeSlot[]>(options_.max_scopes);
-  for (uint32_t i = options_.max_scopes; i-- > 0;) free_scopes_.push_back(i);
+  {
+    // Uncontended (no other thread sees the store yet); the lock is taken for the analysis.
+    MutexLock lock(mu_);
+    for (uint32_t i = options_.max_scopes; i-- > 0;) free_scopes_.push_back(i);
+  }
   return StartScheduler();
 }
 
@@ -128,21 +132,21 @@ void FlatStore::MaybeCompactIndex() {
   const size_t tomb = index_->tombstones();
   const size_t cap = index_->capacity();
   if (tomb < cap / 4) return;
-  std::unique_lock<std::shared_mutex> lock(index_mu_, std::defer_lock);
   if (tomb >= cap / 2) {
-    lock.lock();
-  } else if (!lock.try_lock()) {
+    index_mu_.lock();
+  } else if (!index_mu_.try_lock()) {
     return;
   }
   if (index_->tombstones() >= cap / 4) {
     index_->Compact();
     index_compactions_.fetch_add(1, std::memory_order_relaxed);
   }
+  index_mu_.unlock();
 }
 
 Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout& layout,
                                        const BlockBuffers& src, const WriteHints& hints) {
-  std::shared_lock<std::shared_mutex> index_lock(index_mu_);
+  ReaderLock index_lock(index_mu_);
   puts_.fetch_add(1, std::memory_order_relaxed);
   FC_RETURN_IF_ERROR(ValidateBuffers(src, layout, keys.size()));
   PutResult result;
@@ -192,7 +196,7 @@ Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout
     if (!st.ok()) break;
     const SegmentLayout seg_layout(layout, ps.seg.num_blocks);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       for (uint32_t b = 0; b < ps.seg.num_blocks; ++b) {
         scope.keys.push_back(keys[todo[ps.first_block + b]]);
       }
@@ -231,7 +235,7 @@ Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout
 Status FlatStore::PlaceBatch(const WriteHints& hints, std::span<const Key> keys,
                              const KvLayout& layout, uint32_t n, uint32_t* scope_id, uint32_t* gen,
                              std::vector<PendingSegment>* segs) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   // Session: explicit, else inferred from the chain, else a new anonymous one.
   std::string name = hints.session;
   if (name.empty() && hints.prefix_tail) {
@@ -248,7 +252,9 @@ Status FlatStore::PlaceBatch(const WriteHints& hints, std::span<const Key> keys,
   struct FinishPlacing {
     FlatStore* store;
     std::unordered_map<std::string, Session>::iterator it;
-    ~FinishPlacing() {
+    // Runs as PlaceBatch returns, before its lock on mu_ is released; the analysis cannot tie
+    // `store->mu_` to that lock from inside this local class.
+    ~FinishPlacing() NO_THREAD_SAFETY_ANALYSIS {
       store->placing_session_ = nullptr;
       if (!store->SessionAliveLocked(it->second)) store->ForgetSessionLocked(it);
     }
@@ -364,9 +370,10 @@ Status FlatStore::AllocateSegmentsLocked(ScopeSlot& scope, uint32_t n,
   const KvLayout& layout = scope.layout;
   const bool dram = scope.medium == MediaType::kDram;
   uint32_t done = 0;
-  // Segments allocated by this call, rolled back if a later one fails.
+  // Segments allocated by this call, rolled back if a later one fails. Runs under mu_, as this
+  // function does.
   const size_t first_new = segs->size();
-  auto rollback = [&] {
+  auto rollback = [&]() REQUIRES(mu_) {
     for (size_t i = segs->size(); i-- > first_new;) {
       const Segment& seg = (*segs)[i].seg;
       scope.segments.pop_back();
@@ -524,15 +531,15 @@ uint64_t FlatStore::ReclaimLocked(MediaType medium, uint64_t target_used, uint32
 }
 
 uint64_t FlatStore::Reclaim(MediaType medium, double target_fraction) {
-  std::shared_lock<std::shared_mutex> index_lock(index_mu_);
-  std::lock_guard<std::mutex> lock(mu_);
+  ReaderLock index_lock(index_mu_);
+  MutexLock lock(mu_);
   return ReclaimLocked(medium, static_cast<uint64_t>(target_fraction * Capacity(medium)),
                        UINT32_MAX);
 }
 
 void FlatStore::Clear() {
-  std::shared_lock<std::shared_mutex> index_lock(index_mu_);
-  std::lock_guard<std::mutex> lock(mu_);
+  ReaderLock index_lock(index_mu_);
+  MutexLock lock(mu_);
   for (MediaType m : {MediaType::kDram, MediaType::kSsd}) ReclaimLocked(m, 0, UINT32_MAX);
   sessions_.clear();
   tails_.clear();
@@ -540,7 +547,7 @@ void FlatStore::Clear() {
 
 StoreStats FlatStore::GetStats() const {
   StoreStats st;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   st.sessions = sessions_.size();
   for (MediaType m : {MediaType::kDram, MediaType::kSsd}) {
     const MediumCounters& c = media_[static_cast<int>(m)];

@@ -12,12 +12,9 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -34,6 +31,7 @@
 #include "store/restore_job.h"
 #include "store/scope.h"
 #include "store/staging.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake {
 
@@ -103,25 +101,28 @@ class FlatStore final : public Store {
   Status Init();
 
   // --- write path (flat_store.cc) ---
+  // Takes index_mu_ shared itself (the name predates the lock annotations); Put compacts after.
   Result<PutResult> PutLocked(std::span<const Key> keys, const KvLayout& layout,
-                              const BlockBuffers& src, const WriteHints& hints);
+                              const BlockBuffers& src, const WriteHints& hints)
+      EXCLUDES(index_mu_, mu_);
   // Under mu_: resolves the session, chooses the medium, finds or creates the scope, allocates
   // segments for `n` blocks. Pins the scope for the caller.
   Status PlaceBatch(const WriteHints& hints, std::span<const Key> keys, const KvLayout& layout,
                     uint32_t n, uint32_t* scope_id, uint32_t* gen,
-                    std::vector<PendingSegment>* segs);
+                    std::vector<PendingSegment>* segs) EXCLUDES(mu_);
   Result<uint32_t> NewScopeLocked(MediaType medium, const KvLayout& layout,
-                                  const std::string& session);
-  Status AllocateSegmentsLocked(ScopeSlot& scope, uint32_t n, std::vector<PendingSegment>* segs);
-  void FreeExtentLocked(MediaType medium, const Segment& seg);
+                                  const std::string& session) REQUIRES(mu_);
+  Status AllocateSegmentsLocked(ScopeSlot& scope, uint32_t n, std::vector<PendingSegment>* segs)
+      REQUIRES(mu_);
+  void FreeExtentLocked(MediaType medium, const Segment& seg) REQUIRES(mu_);
   Status WriteSegment(const ScopeSlot& scope, const PendingSegment& ps, const KvLayout& layout,
                       const BlockBuffers& src, std::span<const uint32_t> batch_index);
-  // Whether any of the session's scopes is still live (REQUIRES: mu_ held).
-  bool SessionAliveLocked(const Session& sess) const;
-  void ForgetSessionLocked(std::unordered_map<std::string, Session>::iterator it);
+  // Whether any of the session's scopes is still live.
+  bool SessionAliveLocked(const Session& sess) const REQUIRES(mu_);
+  void ForgetSessionLocked(std::unordered_map<std::string, Session>::iterator it) REQUIRES(mu_);
   // REQUIRES: the slot was retired from generation `retired_gen` (TryRetire succeeded).
-  void ReleaseScopeLocked(uint32_t id, uint32_t retired_gen);
-  uint64_t ReclaimLocked(MediaType medium, uint64_t target_used, uint32_t keep_scope);
+  void ReleaseScopeLocked(uint32_t id, uint32_t retired_gen) REQUIRES(mu_);
+  uint64_t ReclaimLocked(MediaType medium, uint64_t target_used, uint32_t keep_scope) REQUIRES(mu_);
   bool MediumEnabled(MediaType m) const;
   uint64_t Capacity(MediaType m) const;
   uint64_t Used(MediaType m) const;
@@ -166,27 +167,28 @@ class FlatStore final : public Store {
   GvaSpace gva_space_;
   StoreInfo info_;
 
-  // Compacts the index when tombstones pile up. REQUIRES: index_mu_ not held by the caller.
-  void MaybeCompactIndex();
+  // Compacts the index when tombstones pile up.
+  void MaybeCompactIndex() EXCLUDES(index_mu_);
 
-  mutable std::shared_mutex index_mu_;
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, Session> sessions_;
-  std::unordered_map<Key, std::string, KeyHash> tails_;  // chain tail -> session
-  std::vector<uint32_t> free_scopes_;                    // slot ids, LIFO
-  uint64_t anon_sessions_ = 0;
-  const std::string* placing_session_ = nullptr;  // session PlaceBatch is working on (under mu_)
+  mutable SharedMutex index_mu_ ACQUIRED_BEFORE(mu_);
+  mutable Mutex mu_;
+  std::unordered_map<std::string, Session> sessions_ GUARDED_BY(mu_);
+  std::unordered_map<Key, std::string, KeyHash> tails_ GUARDED_BY(mu_);  // chain tail -> session
+  std::vector<uint32_t> free_scopes_ GUARDED_BY(mu_);                    // slot ids, LIFO
+  uint64_t anon_sessions_ GUARDED_BY(mu_) = 0;
+  // The session PlaceBatch is working on.
+  const std::string* placing_session_ GUARDED_BY(mu_) = nullptr;
 
   Executor executor_{this};
   std::unique_ptr<MasScheduler> sched_;
   std::thread dispatcher_;
-  std::mutex jobs_mu_;
-  std::condition_variable jobs_cv_;
-  std::unordered_map<uint64_t, std::shared_ptr<RestoreJob>> jobs_;  // guarded by jobs_mu_
-  std::deque<PrefetchTask> prefetch_tasks_;                         // guarded by jobs_mu_
-  bool drain_requested_ = false;                                    // guarded by jobs_mu_
-  bool stop_dispatcher_ = false;                                    // guarded by jobs_mu_
-  int completions_running_ = 0;                                     // guarded by jobs_mu_
+  Mutex jobs_mu_;
+  CondVar jobs_cv_;
+  std::unordered_map<uint64_t, std::shared_ptr<RestoreJob>> jobs_ GUARDED_BY(jobs_mu_);
+  std::deque<PrefetchTask> prefetch_tasks_ GUARDED_BY(jobs_mu_);
+  bool drain_requested_ GUARDED_BY(jobs_mu_) = false;
+  bool stop_dispatcher_ GUARDED_BY(jobs_mu_) = false;
+  int completions_running_ GUARDED_BY(jobs_mu_) = 0;
   std::atomic<uint64_t> next_restore_id_{1};
 
   MediumCounters media_[2];

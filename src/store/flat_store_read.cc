@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <span>
 
 #include "store/flat_store.h"
@@ -14,7 +13,7 @@
 namespace flatcake {
 
 LookupResult FlatStore::Lookup(std::span<const Key> keys) {
-  std::shared_lock<std::shared_mutex> index_lock(index_mu_);
+  ReaderLock index_lock(index_mu_);
   exists_.fetch_add(1, std::memory_order_relaxed);
   LookupResult out;
   // Batched index lookups overlap the keys' cache misses; chunks bound the work wasted past the
@@ -54,7 +53,7 @@ Status FlatStore::ResolveHits(std::span<const Key> keys, RestoreJob* job) {
   std::vector<IndexEntry> entries(keys.size());
   std::unique_ptr<bool[]> in_index(new bool[keys.size()]);
   {
-    std::shared_lock<std::shared_mutex> index_lock(index_mu_);
+    ReaderLock index_lock(index_mu_);
     index_->LookupBatch(keys, entries.data(), in_index.get());
     for (uint32_t i = 0; i < keys.size(); ++i) {
       if (!in_index[i]) continue;
@@ -157,7 +156,7 @@ void FlatStore::StartSsdReads(const std::shared_ptr<RestoreJob>& job,
         job->ssd_done_ns.store(SteadyNowNs());
         done(st);
       });
-  std::lock_guard<std::mutex> lock(job->mu);
+  MutexLock lock(job->mu);
   if (job->done) return;  // (the reads ended before this line; nothing to hold)
   if (job->cancelled) reads->Cancel(Status::Aborted("restore cancelled"));
   job->reads = std::move(reads);
@@ -218,13 +217,13 @@ void FlatStore::FinishJob(RestoreJob& job, Status st) {
 
   std::shared_ptr<LayeredRestore> reads;  // released outside the lock
   {
-    std::lock_guard<std::mutex> lock(job.mu);
+    MutexLock lock(job.mu);
     job.status = st.ok() ? st : st.WithContext("restore");
     job.result = std::move(result);
     job.done = true;
     reads = std::move(job.reads);
   }
-  job.cv.notify_all();
+  job.cv.NotifyAll();
 }
 
 }  // namespace flatcake

@@ -9,8 +9,8 @@
 //    there. Building and planning a large restore's slices takes milliseconds; I/O workers only
 //    report completions and never do that work.
 //  - I/O workers land the reads, hash the slices and report layers (restore_job.h).
+#include <chrono>
 #include <memory>
-#include <mutex>
 #include <utility>
 
 #include "store/flat_store.h"
@@ -39,10 +39,10 @@ class InlineScope {
 
 void RestoreJob::ReportLayer(uint32_t layer) {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     layers_reported = layer + 1;
   }
-  cv.notify_all();
+  cv.NotifyAll();
   if (on_layer) on_layer(layer);
 }
 
@@ -53,15 +53,19 @@ FlatRestoreHandle::~FlatRestoreHandle() {
 }
 
 Result<GetResult> FlatRestoreHandle::Wait() {
-  std::unique_lock<std::mutex> lock(job_->mu);
-  job_->cv.wait(lock, [&] { return job_->done; });
+  MutexLock lock(job_->mu);
+  while (!job_->done) job_->cv.Wait(job_->mu);
   if (!job_->status.ok()) return job_->status;
   return job_->result;
 }
 
 bool FlatRestoreHandle::WaitFor(std::chrono::nanoseconds timeout) {
-  std::unique_lock<std::mutex> lock(job_->mu);
-  return job_->cv.wait_for(lock, timeout, [&] { return job_->done; });
+  MutexLock lock(job_->mu);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!job_->done) {
+    if (!job_->cv.WaitUntil(job_->mu, deadline)) return job_->done;
+  }
+  return true;
 }
 
 Status FlatRestoreHandle::WaitLayer(uint32_t layer) {
@@ -69,14 +73,14 @@ Status FlatRestoreHandle::WaitLayer(uint32_t layer) {
     return Status::InvalidArgument("layer " + std::to_string(layer) + " out of range (" +
                                    std::to_string(job_->layout.num_layers) + " layers)");
   }
-  std::unique_lock<std::mutex> lock(job_->mu);
-  job_->cv.wait(lock, [&] { return job_->done || job_->layers_reported > layer; });
+  MutexLock lock(job_->mu);
+  while (!job_->done && job_->layers_reported <= layer) job_->cv.Wait(job_->mu);
   if (job_->layers_reported > layer) return Status::OK();
   return job_->status;
 }
 
 bool FlatRestoreHandle::done() const {
-  std::lock_guard<std::mutex> lock(job_->mu);
+  MutexLock lock(job_->mu);
   return job_->done;
 }
 
@@ -109,15 +113,15 @@ void FlatStore::StopScheduler() {
   // failed below, so every waiter wakes and every pin is dropped.
   std::vector<RestoreRequest> unserved = sched_->Shutdown();
   {
-    std::unique_lock<std::mutex> lock(jobs_mu_);
-    jobs_cv_.wait(lock, [&] { return completions_running_ == 0; });
+    MutexLock lock(jobs_mu_);
+    while (completions_running_ != 0) jobs_cv_.Wait(jobs_mu_);
     stop_dispatcher_ = true;
   }
-  jobs_cv_.notify_all();
+  jobs_cv_.NotifyAll();
   if (dispatcher_.joinable()) dispatcher_.join();
   std::unordered_map<uint64_t, std::shared_ptr<RestoreJob>> left;
   {
-    std::lock_guard<std::mutex> lock(jobs_mu_);
+    MutexLock lock(jobs_mu_);
     left.swap(jobs_);
     // A prefetch queued for the dispatcher but never started still owes its completion; the
     // scheduler is shut down, so nobody waits for it any more.
@@ -137,52 +141,53 @@ void FlatStore::QueuePrefetch(uint64_t id, std::function<void(Status)> done) {
   // I/O worker that reports it.
   auto complete = [this, done = std::move(done)](Status st) {
     {
-      std::lock_guard<std::mutex> lock(jobs_mu_);
+      MutexLock lock(jobs_mu_);
       ++completions_running_;
     }
     done(std::move(st));
     {
-      std::lock_guard<std::mutex> lock(jobs_mu_);
+      MutexLock lock(jobs_mu_);
       --completions_running_;
       drain_requested_ = true;
     }
-    jobs_cv_.notify_all();
+    jobs_cv_.NotifyAll();
   };
   if (t_inline_store == this) {
     StartPrefetch(id, std::move(complete));
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(jobs_mu_);
+    MutexLock lock(jobs_mu_);
     prefetch_tasks_.push_back(PrefetchTask{id, std::move(complete)});
   }
-  jobs_cv_.notify_all();
+  jobs_cv_.NotifyAll();
 }
 
 void FlatStore::DispatchLoop() {
   InlineScope inline_scope(this);
-  std::unique_lock<std::mutex> lock(jobs_mu_);
+  MutexLock lock(jobs_mu_);
   for (;;) {
-    jobs_cv_.wait(lock,
-                  [&] { return stop_dispatcher_ || drain_requested_ || !prefetch_tasks_.empty(); });
+    while (!stop_dispatcher_ && !drain_requested_ && prefetch_tasks_.empty()) {
+      jobs_cv_.Wait(jobs_mu_);
+    }
     if (stop_dispatcher_) return;
     if (!prefetch_tasks_.empty()) {
       PrefetchTask task = std::move(prefetch_tasks_.front());
       prefetch_tasks_.pop_front();
-      lock.unlock();
+      lock.Unlock();
       StartPrefetch(task.id, std::move(task.done));
-      lock.lock();
+      lock.Lock();
       continue;
     }
     drain_requested_ = false;
-    lock.unlock();
+    lock.Unlock();
     ServeReady();
-    lock.lock();
+    lock.Lock();
   }
 }
 
 std::shared_ptr<RestoreJob> FlatStore::FindJob(uint64_t id, bool take) {
-  std::lock_guard<std::mutex> lock(jobs_mu_);
+  MutexLock lock(jobs_mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return nullptr;
   std::shared_ptr<RestoreJob> job = it->second;
@@ -197,7 +202,7 @@ void FlatStore::StartPrefetch(uint64_t id, std::function<void(Status)> done) {
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(job->mu);
+    MutexLock lock(job->mu);
     if (job->cancelled) {
       done(Status::Aborted("restore cancelled"));
       return;
@@ -218,7 +223,7 @@ void FlatStore::ServeReady() {
     if (st.ok() && ready->restore_class == RestoreClass::kDramReady) {
       bool cancelled;
       {
-        std::lock_guard<std::mutex> lock(job->mu);
+        MutexLock lock(job->mu);
         cancelled = job->cancelled;
       }
       if (cancelled) {
@@ -259,7 +264,7 @@ Result<std::unique_ptr<RestoreHandle>> FlatStore::Restore(std::span<const Key> k
                                job->ssd_hits.size() * layout.block_bytes()};
   job->id = request.id;
   {
-    std::lock_guard<std::mutex> lock(jobs_mu_);
+    MutexLock lock(jobs_mu_);
     jobs_.emplace(job->id, job);
   }
   auto handle = std::make_unique<FlatRestoreHandle>(this, job);
@@ -277,7 +282,7 @@ void FlatStore::CancelRestore(const std::shared_ptr<RestoreJob>& job) {
   const Status why = Status::Aborted("restore cancelled");
   std::shared_ptr<LayeredRestore> reads;
   {
-    std::lock_guard<std::mutex> lock(job->mu);
+    MutexLock lock(job->mu);
     if (job->done || job->cancelled) return;
     job->cancelled = true;
     reads = job->reads;

@@ -20,16 +20,15 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "flatcake/store.h"
 #include "gva/block_index.h"
 #include "io/layered_restore.h"
 #include "sched/restore_queue.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake {
 
@@ -65,17 +64,17 @@ struct RestoreJob {
   std::atomic<int64_t> ssd_done_ns{0};
   ReaderStats ssd_stats;  // written once the reads are done, before the prefetch completes
 
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  std::shared_ptr<LayeredRestore> reads;  // guarded by mu; dropped when done
-  bool cancelled = false;                 // guarded by mu
-  uint32_t layers_reported = 0;           // guarded by mu: layers [0, n) are in the caller's memory
-  bool done = false;                      // guarded by mu
-  Status status;                          // guarded by mu, fixed once done
-  GetResult result;                       // guarded by mu, fixed once done
+  mutable Mutex mu;
+  CondVar cv;
+  std::shared_ptr<LayeredRestore> reads GUARDED_BY(mu);  // dropped when done
+  bool cancelled GUARDED_BY(mu) = false;
+  uint32_t layers_reported GUARDED_BY(mu) = 0;  // layers [0, n) are in the caller's memory
+  bool done GUARDED_BY(mu) = false;
+  Status status GUARDED_BY(mu);     // fixed once done
+  GetResult result GUARDED_BY(mu);  // fixed once done
 
   // Records that layer `layer` landed whole and calls on_layer. Layers are reported in order.
-  void ReportLayer(uint32_t layer);
+  void ReportLayer(uint32_t layer) EXCLUDES(mu);
 };
 
 // The caller's handle: waits on the job; cancels (and waits for) an unfinished one when destroyed.

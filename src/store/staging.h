@@ -2,11 +2,9 @@
 // produces a segment's layer-major byte stream from the caller's buffers.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <vector>
 
@@ -15,6 +13,7 @@
 #include "store/scope.h"
 #include "store/segment_layout.h"
 #include "util/aligned_buffer.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake {
 
@@ -44,9 +43,9 @@ class StagingPool {
   explicit StagingPool(uint64_t buffer_bytes) : bytes_(buffer_bytes) {}
   uint64_t buffer_bytes() const { return bytes_; }
   // Lends a kept buffer, or a new one.
-  Lease Acquire() {
+  Lease Acquire() EXCLUDES(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (!free_.empty()) {
         AlignedBuffer b = std::move(free_.back());
         free_.pop_back();
@@ -58,14 +57,14 @@ class StagingPool {
   }
 
  private:
-  void Return(AlignedBuffer b) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Return(AlignedBuffer b) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     free_.push_back(std::move(b));
   }
 
   const uint64_t bytes_;
-  std::mutex mu_;
-  std::vector<AlignedBuffer> free_;
+  Mutex mu_;
+  std::vector<AlignedBuffer> free_ GUARDED_BY(mu_);
 };
 
 // Tracks asynchronously submitted ops by tag (tags 0, 1, 2, ... in submission order) so a caller
@@ -74,17 +73,17 @@ class StagingPool {
 class IoWaiter final : public IoCompletionSink {
  public:
   void OnIoComplete(uint64_t tag, const Status& status) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!status.ok() && error_.ok()) error_ = status;
     if (tag >= done_.size()) done_.resize(tag + 1, false);
     done_[tag] = true;
     ++completed_;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   // Submits `op` with the next tag and returns that tag.
   uint64_t Submit(IoEngine& engine, IoOp op) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       op.tag = submitted_++;
     }
     engine.Submit(std::span<const IoOp>(&op, 1), this);
@@ -92,23 +91,23 @@ class IoWaiter final : public IoCompletionSink {
   }
   // Waits for the op with `tag`; returns the first error seen so far.
   Status WaitFor(uint64_t tag) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return tag < done_.size() && done_[tag]; });
+    MutexLock lock(mu_);
+    while (tag >= done_.size() || !done_[tag]) cv_.Wait(mu_);
     return error_;
   }
   Status WaitAll() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return completed_ == submitted_; });
+    MutexLock lock(mu_);
+    while (completed_ != submitted_) cv_.Wait(mu_);
     return error_;
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<bool> done_;
-  uint64_t submitted_ = 0;
-  uint64_t completed_ = 0;
-  Status error_;
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<bool> done_ GUARDED_BY(mu_);
+  uint64_t submitted_ GUARDED_BY(mu_) = 0;
+  uint64_t completed_ GUARDED_BY(mu_) = 0;
+  Status error_ GUARDED_BY(mu_);
 };
 
 // Produces any byte range of a segment laid out [layer][plane][block] (SegmentLayout: each run

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <shared_mutex>
 
 #if defined(__clang__)
 #define FC_THREAD_ANNOTATION(x) __attribute__((x))
@@ -44,6 +45,10 @@
 // On a function: it acquires / releases the capabilities (no argument: `this`).
 #define ACQUIRE(...) FC_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define RELEASE(...) FC_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+#define ACQUIRE_SHARED(...) FC_THREAD_ANNOTATION(acquire_shared_capability(__VA_ARGS__))
+#define RELEASE_SHARED(...) FC_THREAD_ANNOTATION(release_shared_capability(__VA_ARGS__))
+// On a scoped guard's destructor: releases whichever kind (exclusive or shared) it holds.
+#define RELEASE_GENERIC(...) FC_THREAD_ANNOTATION(release_generic_capability(__VA_ARGS__))
 // On a function returning bool: it acquires the capability when it returns the given value.
 #define TRY_ACQUIRE(...) FC_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
 // On a function: the caller must not hold the capabilities (it acquires them itself).
@@ -99,6 +104,48 @@ class SCOPED_CAPABILITY MutexLock {
   bool held_ = true;
 };
 
+// std::shared_mutex with annotations: exclusive (lock / unlock) and shared (lock_shared /
+// unlock_shared) holders; the names are those of Lockable / SharedLockable.
+class CAPABILITY("mutex") SharedMutex {
+ public:
+  SharedMutex() = default;
+  SharedMutex(const SharedMutex&) = delete;
+  SharedMutex& operator=(const SharedMutex&) = delete;
+
+  void lock() ACQUIRE() { mu_.lock(); }
+  void unlock() RELEASE() { mu_.unlock(); }
+  bool try_lock() TRY_ACQUIRE(true) { return mu_.try_lock(); }
+  void lock_shared() ACQUIRE_SHARED() { mu_.lock_shared(); }
+  void unlock_shared() RELEASE_SHARED() { mu_.unlock_shared(); }
+
+ private:
+  std::shared_mutex mu_;
+};
+
+// Holds a SharedMutex shared for its lifetime.
+class SCOPED_CAPABILITY ReaderLock {
+ public:
+  explicit ReaderLock(SharedMutex& mu) ACQUIRE_SHARED(mu) : mu_(mu) { mu_.lock_shared(); }
+  ~ReaderLock() RELEASE_GENERIC() { mu_.unlock_shared(); }
+  ReaderLock(const ReaderLock&) = delete;
+  ReaderLock& operator=(const ReaderLock&) = delete;
+
+ private:
+  SharedMutex& mu_;
+};
+
+// Holds a SharedMutex exclusively for its lifetime.
+class SCOPED_CAPABILITY WriterLock {
+ public:
+  explicit WriterLock(SharedMutex& mu) ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+  ~WriterLock() RELEASE() { mu_.unlock(); }
+  WriterLock(const WriterLock&) = delete;
+  WriterLock& operator=(const WriterLock&) = delete;
+
+ private:
+  SharedMutex& mu_;
+};
+
 // std::condition_variable for a Mutex. Every wait may wake spuriously: call it in a loop that
 // re-checks the condition.
 class CondVar {
@@ -116,6 +163,11 @@ class CondVar {
     const bool notified = cv_.wait_until(lock, deadline) == std::cv_status::no_timeout;
     lock.release();
     return notified;
+  }
+  // Like Wait, but returns false once `timeout` has passed.
+  template <typename Rep, typename Period>
+  bool WaitFor(Mutex& mu, const std::chrono::duration<Rep, Period>& timeout) REQUIRES(mu) {
+    return WaitUntil(mu, std::chrono::steady_clock::now() + timeout);
   }
   void NotifyOne() { cv_.notify_one(); }
   void NotifyAll() { cv_.notify_all(); }
