@@ -251,50 +251,53 @@ class DestPool {
   std::vector<uint8_t*> free_ GUARDED_BY(mu_);
 };
 
-Result<PolicyRun> RunStore(SchedPolicy policy, const SchedBenchOptions& o,
-                           const std::vector<RestoreRequest>& arrivals, const std::string& dir) {
-  const SchedDataSet data(o);
-  StoreOptions so;
-  so.dram_bytes = data.dram_bytes() + 64 * kMiB;
-  so.ssd_dirs = {dir};
-  so.ssd_file_bytes = AlignUp(std::max<uint64_t>(data.session_bytes(), 64 * kMiB), 4096);
-  so.ssd_bytes = so.ssd_file_bytes * (2 + data.ssd_bytes() / so.ssd_file_bytes);
-  so.read_window_bytes = static_cast<uint64_t>(o.window_mib * 1048576.0);
-  so.io_engine = o.io_engine;
-  so.scheduler = policy == SchedPolicy::kFcfs ? RestoreScheduler::kFcfs : RestoreScheduler::kMas;
-  FC_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(so));
-  FC_RETURN_IF_ERROR(data.Populate(*store));
-  const KvLayout& layout = SchedDataSet::kLayout;
-  const uint64_t bb = layout.block_bytes();
-  DestPool pool(data.max_request_blocks() * bb);
-  pool.Reserve(16);
-
+// Waits for the restores in submission order, checks each one's result and recycles its buffer.
+// The latencies come from the layer callbacks, so waiting in order does not skew them.
+class RestoreCollector {
+ public:
   struct InFlight {
-    size_t index;
-    uint64_t keys;
-    uint8_t* dst;
+    size_t index = 0;
+    uint64_t keys = 0;
+    uint8_t* dst = nullptr;
     std::unique_ptr<RestoreHandle> handle;
   };
-  std::vector<std::atomic<int64_t>> done_ns(arrivals.size());
-  // Shared with the collector (a struct, as GUARDED_BY applies to members only).
-  struct Handoff {
-    Mutex mu;
-    CondVar cv;
-    std::deque<InFlight> queue GUARDED_BY(mu);
-    bool closed GUARDED_BY(mu) = false;
-    Status failure GUARDED_BY(mu);
-  } handoff;
-  // The collector waits for the restores in submission order and recycles their buffers; the
-  // latencies come from the layer callbacks, so waiting in order does not skew them.
-  std::thread collector([&] {
+
+  explicit RestoreCollector(DestPool* pool) : pool_(pool), thread_([this] { Run(); }) {}
+  ~RestoreCollector() { (void)Finish(); }
+
+  void Push(InFlight f) EXCLUDES(mu_) {
+    {
+      MutexLock lock(mu_);
+      queue_.push_back(std::move(f));
+    }
+    cv_.NotifyOne();
+  }
+  void Fail(const Status& st) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    if (failure_.ok()) failure_ = st;
+  }
+  // Waits for everything pushed; the first failure, if any.
+  Status Finish() EXCLUDES(mu_) {
+    {
+      MutexLock lock(mu_);
+      closed_ = true;
+    }
+    cv_.NotifyOne();
+    if (thread_.joinable()) thread_.join();
+    MutexLock lock(mu_);  // uncontended once joined; taken for the analysis
+    return failure_;
+  }
+
+ private:
+  void Run() EXCLUDES(mu_) {
     for (;;) {
       InFlight f;
       {
-        MutexLock lock(handoff.mu);
-        while (!handoff.closed && handoff.queue.empty()) handoff.cv.Wait(handoff.mu);
-        if (handoff.queue.empty()) return;
-        f = std::move(handoff.queue.front());
-        handoff.queue.pop_front();
+        MutexLock lock(mu_);
+        while (!closed_ && queue_.empty()) cv_.Wait(mu_);
+        if (queue_.empty()) return;
+        f = std::move(queue_.front());
+        queue_.pop_front();
       }
       Result<GetResult> r = f.handle->Wait();
       Status st = r.ok() ? Status::OK() : r.status();
@@ -303,13 +306,46 @@ Result<PolicyRun> RunStore(SchedPolicy policy, const SchedBenchOptions& o,
                                 std::to_string(r->hits) + " of " + std::to_string(f.keys) +
                                 " blocks (" + std::to_string(r->corrupt) + " corrupt)");
       }
-      pool.Give(f.dst);
-      if (!st.ok()) {
-        MutexLock lock(handoff.mu);
-        if (handoff.failure.ok()) handoff.failure = st;
-      }
+      pool_->Give(f.dst);
+      if (!st.ok()) Fail(st);
     }
-  });
+  }
+
+  DestPool* const pool_;
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<InFlight> queue_ GUARDED_BY(mu_);
+  bool closed_ GUARDED_BY(mu_) = false;
+  Status failure_ GUARDED_BY(mu_);
+  std::thread thread_;  // last: starts after the members it uses
+};
+
+// A store holding `data`, scheduling restores by `policy`.
+StoreOptions SchedStoreOptions(SchedPolicy policy, const SchedBenchOptions& o,
+                               const SchedDataSet& data, const std::string& dir) {
+  StoreOptions so;
+  so.dram_bytes = data.dram_bytes() + 64 * kMiB;
+  so.ssd_dirs = {dir};
+  so.ssd_file_bytes = AlignUp(std::max<uint64_t>(data.session_bytes(), 64 * kMiB), 4096);
+  so.ssd_bytes = so.ssd_file_bytes * (2 + data.ssd_bytes() / so.ssd_file_bytes);
+  so.read_window_bytes = static_cast<uint64_t>(o.window_mib * 1048576.0);
+  so.io_engine = o.io_engine;
+  so.scheduler = policy == SchedPolicy::kFcfs ? RestoreScheduler::kFcfs : RestoreScheduler::kMas;
+  return so;
+}
+
+Result<PolicyRun> RunStore(SchedPolicy policy, const SchedBenchOptions& o,
+                           const std::vector<RestoreRequest>& arrivals, const std::string& dir) {
+  const SchedDataSet data(o);
+  FC_ASSIGN_OR_RETURN(std::unique_ptr<Store> store,
+                      Store::Open(SchedStoreOptions(policy, o, data, dir)));
+  FC_RETURN_IF_ERROR(data.Populate(*store));
+  const KvLayout& layout = SchedDataSet::kLayout;
+  const uint64_t bb = layout.block_bytes();
+  DestPool pool(data.max_request_blocks() * bb);
+  pool.Reserve(16);
+  std::vector<std::atomic<int64_t>> done_ns(arrivals.size());
+  RestoreCollector collector(&pool);
 
   const int64_t start_ns = SteadyNowNs() + 10'000'000;  // the stream starts in 10 ms
   const auto start = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(start_ns));
@@ -329,29 +365,12 @@ Result<PolicyRun> RunStore(SchedPolicy policy, const SchedBenchOptions& o,
     auto h = store->Restore(keys, layout, {BufferKind::kBlockContiguous, ptrs}, ro);
     if (!h.ok()) {
       pool.Give(dst);
-      MutexLock lock(handoff.mu);
-      handoff.failure = h.status();
+      collector.Fail(h.status());
       break;
     }
-    {
-      MutexLock lock(handoff.mu);
-      handoff.queue.push_back(InFlight{i, keys.size(), dst, std::move(*h)});
-    }
-    handoff.cv.NotifyOne();
+    collector.Push(RestoreCollector::InFlight{i, keys.size(), dst, std::move(*h)});
   }
-  {
-    MutexLock lock(handoff.mu);
-    handoff.closed = true;
-  }
-  handoff.cv.NotifyOne();
-  collector.join();
-  Status failure;
-  {
-    // Uncontended (the collector has been joined); the lock is taken for the analysis.
-    MutexLock lock(handoff.mu);
-    failure = handoff.failure;
-  }
-  FC_RETURN_IF_ERROR(failure);
+  FC_RETURN_IF_ERROR(collector.Finish());
 
   PolicyRun run;
   for (size_t i = 0; i < arrivals.size(); ++i) {

@@ -232,6 +232,30 @@ Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout
   return result;
 }
 
+Result<MediaType> FlatStore::ChooseMedium(const WriteHints& hints, const Session& s,
+                                          const KvLayout& layout, uint32_t n,
+                                          PlacementInput* in_out) const {
+  PlacementInput& in = *in_out;
+  in.shared_prefix = hints.shared_prefix;
+  in.turn = hints.turn ? hints.turn : s.turns + 1;
+  in.prior_reply_tokens = hints.prior_reply_tokens;
+  const uint64_t before = hints.context_tokens ? *hints.context_tokens : s.context_tokens;
+  in.context_tokens = before + uint64_t{n} * options_.tokens_per_block;
+  MediaType medium =
+      hints.force_medium ? *hints.force_medium : ChoosePlacement(in, options_).medium;
+  if (!MediumEnabled(medium))
+    medium = medium == MediaType::kDram ? MediaType::kSsd : MediaType::kDram;
+  if (!MediumEnabled(medium)) return Status::InvalidArgument("requested medium is disabled");
+  if (MediumEnabled(MediaType::kSsd) &&
+      SegmentLayout::BlocksFitting(layout, ssd_->file_bytes()) == 0) {
+    // Checked whatever the medium: a DRAM batch may spill to SSD.
+    return Status::InvalidArgument("a block of " + layout.ToString() +
+                                   " (with each layer run padded to 4 KiB) exceeds the SSD pool "
+                                   "file size; raise ssd_file_bytes");
+  }
+  return medium;
+}
+
 Status FlatStore::PlaceBatch(const WriteHints& hints, std::span<const Key> keys,
                              const KvLayout& layout, uint32_t n, uint32_t* scope_id, uint32_t* gen,
                              std::vector<PendingSegment>* segs) {
@@ -261,23 +285,7 @@ Status FlatStore::PlaceBatch(const WriteHints& hints, std::span<const Key> keys,
   } finish_placing{this, session_it};
 
   PlacementInput in;
-  in.shared_prefix = hints.shared_prefix;
-  in.turn = hints.turn ? hints.turn : s.turns + 1;
-  in.prior_reply_tokens = hints.prior_reply_tokens;
-  const uint64_t before = hints.context_tokens ? *hints.context_tokens : s.context_tokens;
-  in.context_tokens = before + uint64_t{n} * options_.tokens_per_block;
-  MediaType medium =
-      hints.force_medium ? *hints.force_medium : ChoosePlacement(in, options_).medium;
-  if (!MediumEnabled(medium))
-    medium = medium == MediaType::kDram ? MediaType::kSsd : MediaType::kDram;
-  if (!MediumEnabled(medium)) return Status::InvalidArgument("requested medium is disabled");
-  if (MediumEnabled(MediaType::kSsd) &&
-      SegmentLayout::BlocksFitting(layout, ssd_->file_bytes()) == 0) {
-    // Checked whatever the medium: a DRAM batch may spill to SSD.
-    return Status::InvalidArgument("a block of " + layout.ToString() +
-                                   " (with each layer run padded to 4 KiB) exceeds the SSD pool "
-                                   "file size; raise ssd_file_bytes");
-  }
+  FC_ASSIGN_OR_RETURN(MediaType medium, ChooseMedium(hints, s, layout, n, &in));
 
   // Try the chosen medium; DRAM that stays full after reclamation spills to SSD.
   for (int attempt = 0; attempt < 2; ++attempt) {

@@ -28,6 +28,7 @@
 #include "media/dram_arena.h"
 #include "media/ssd_file_pool.h"
 #include "sched/mas_scheduler.h"
+#include "store/placement.h"
 #include "store/restore_job.h"
 #include "store/scope.h"
 #include "store/staging.h"
@@ -110,6 +111,11 @@ class FlatStore final : public Store {
   Status PlaceBatch(const WriteHints& hints, std::span<const Key> keys, const KvLayout& layout,
                     uint32_t n, uint32_t* scope_id, uint32_t* gen,
                     std::vector<PendingSegment>* segs) EXCLUDES(mu_);
+  // The medium a batch of `n` blocks of `layout` goes to (Table 2, or hints.force_medium), falling
+  // back to the other medium when one is disabled; fills `*in` with the placement signals.
+  // InvalidArgument when no enabled medium can hold the batch's blocks.
+  Result<MediaType> ChooseMedium(const WriteHints& hints, const Session& s, const KvLayout& layout,
+                                 uint32_t n, PlacementInput* in) const;
   Result<uint32_t> NewScopeLocked(MediaType medium, const KvLayout& layout,
                                   const std::string& session) REQUIRES(mu_);
   Status AllocateSegmentsLocked(ScopeSlot& scope, uint32_t n, std::vector<PendingSegment>* segs)
