@@ -352,8 +352,13 @@ class Store:
         return "flatcake.Store(closed)" if self.closed else f"flatcake.Store({self.info()})"
 
 
-def open(config: Optional[Mapping[str, Any]] = None, **overrides: Any) -> Store:  # noqa: A001
+def open(config: Optional[Mapping[str, Any]] = None, *, policy: str = "flat",  # noqa: A001
+         **overrides: Any) -> Store:
     """Opens a store. ``config`` maps option names (see ``option_names()``) to values; sizes may be
     strings like "64GiB"; ``ssd_dirs`` a list or a comma-separated string. The SSD directories
-    must exist and be writable; the pool files are created and pre-allocated inside them."""
-    return Store(_core.open(normalize_config(config, **overrides)))
+    must exist and be writable; the pool files are created and pre-allocated inside them.
+
+    ``policy``: "flat" (FlatCake, the default) or "tiered" (the Mooncake-style tiered baseline
+    behind the same interface, for side-by-side runs: every write enters DRAM, LRU evicts to SSD
+    buckets, SSD hits are staged and promoted; its ``restore`` completes before it returns)."""
+    return Store(_core.open(normalize_config(config, **overrides), policy))

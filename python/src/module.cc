@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "baseline/tiered_store_adapter.h"
 #include "core/option_table.h"
 #include "flatcake/layout.h"
 #include "flatcake/store.h"
@@ -256,13 +257,21 @@ class PyStore {
   size_t registry_floor_ GUARDED_BY(restores_mu_) = 64;
 };
 
-std::shared_ptr<PyStore> OpenStore(const pyb::dict& config) {
+// `policy`: "flat" (FlatCake) or "tiered" (the Mooncake-style baseline behind the same Store
+// interface, for side-by-side runs).
+std::shared_ptr<PyStore> OpenStore(const pyb::dict& config, const std::string& policy) {
+  if (policy != "flat" && policy != "tiered") {
+    throw pyb::value_error("unknown policy '" + policy + "' (flat or tiered)");
+  }
   StoreOptions options = OptionsFromDict(config);
   Status valid = ValidateStoreOptions(options);
   if (!valid.ok()) RaiseStatus(valid);
-  Result<std::unique_ptr<Store>> store = [&] {
+  Result<std::unique_ptr<Store>> store = [&]() -> Result<std::unique_ptr<Store>> {
     pyb::gil_scoped_release release;  // pre-allocating pool files can take seconds
-    return Store::Open(options);
+    if (policy == "flat") return Store::Open(options);
+    FC_ASSIGN_OR_RETURN(auto tiered,
+                        baseline::TieredStoreAdapter::Open(baseline::TieredOptionsFrom(options)));
+    return std::unique_ptr<Store>(std::move(tiered));
   }();
   if (!store.ok()) RaiseStatus(store.status());
   return std::make_shared<PyStore>(std::move(store).value());
@@ -387,8 +396,9 @@ void BindStore(pyb::module_& m) {
 
 // open, the option table, and small helpers.
 void BindModuleFunctions(pyb::module_& m) {
-  m.def("open", &py::OpenStore, arg("config"),
-        "Opens a store from a dict of StoreOptions fields (sizes as integers).");
+  m.def("open", &py::OpenStore, arg("config"), arg("policy") = "flat",
+        "Opens a store from a dict of StoreOptions fields (sizes as integers); policy 'flat' "
+        "(FlatCake) or 'tiered' (the Mooncake-style baseline).");
   m.def("option_names", [] {
     std::vector<std::string> names;
     for (std::string_view n : py::OptionNames()) names.emplace_back(n);

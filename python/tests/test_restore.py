@@ -134,3 +134,24 @@ def test_bad_restore_arguments_raise(ssd_dir):
         other = flatcake.KvLayout(num_layers=4, num_planes=2, slice_bytes=32 << 10)
         with pytest.raises(ValueError, match="stored as 8 layers"):
             store.restore(keys, other, torch.zeros(2, other.block_bytes, dtype=torch.uint8))
+
+
+@pytest.mark.parametrize("policy", ["flat", "tiered"])
+def test_either_policy_runs_through_the_same_interface(ssd_dir, policy):
+    """The tiered baseline is a Store too: put, lookup, restore (its handle), stats."""
+    with flatcake.open({"ssd_dirs": [ssd_dir], "ssd_bytes": "256MiB", "ssd_file_bytes": "64MiB",
+                        "dram_bytes": "64MiB"}, policy=policy) as store:
+        keys, want = put(store, "p", 4, None, 7)
+        r = store.lookup(keys)
+        assert r.leading_hits == 4
+        assert r.dram_bytes + r.ssd_bytes == 4 * LAYOUT.block_bytes
+        out = torch.zeros_like(want)
+        h = store.restore(keys, LAYOUT, out)
+        for layer in range(LAYOUT.num_layers):
+            h.wait_layer(layer)
+        assert h.wait(timeout=30) and h.done()
+        assert h.result.hits == 4 and torch.equal(out, want)
+        stats = store.stats()
+        assert stats["hits"] == 4 and stats["restores_dram_ready"] + stats["restores_ssd"] == 1
+    with pytest.raises(ValueError, match="unknown policy"):
+        flatcake.open({"ssd_dirs": [ssd_dir]}, policy="lru")

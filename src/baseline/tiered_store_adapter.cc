@@ -29,6 +29,25 @@ StoreOptions DescribeTieredOptions(const TieredStoreOptions& t) {
   return o;
 }
 
+TieredStoreOptions TieredOptionsFrom(const StoreOptions& o) {
+  TieredStoreOptions t;
+  t.dram_bytes = o.dram_bytes;
+  t.huge_pages = o.huge_pages;
+  t.ssd_dirs = o.ssd_dirs;
+  t.ssd_bytes = o.ssd_bytes;
+  t.bucket_bytes = o.ssd_file_bytes;
+  t.direct_io = o.direct_io;
+  t.tokens_per_block = o.tokens_per_block;
+  t.high_watermark = o.high_watermark;
+  t.eviction_ratio = o.high_watermark - o.low_watermark;
+  t.io_engine = o.io_engine;
+  t.io_workers = o.io_workers;
+  t.io_queue_depth = o.io_queue_depth;
+  t.staging_bytes = o.read_window_bytes;
+  t.max_io_bytes = o.max_io_bytes;
+  return t;
+}
+
 Result<std::unique_ptr<TieredStoreAdapter>> TieredStoreAdapter::Open(
     const TieredStoreOptions& options) {
   FC_ASSIGN_OR_RETURN(std::unique_ptr<TieredStore> tiered, TieredStore::Open(options));

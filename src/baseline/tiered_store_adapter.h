@@ -38,6 +38,10 @@ namespace flatcake::baseline {
 // The StoreOptions describing a tiered store's options (budgets, directories, I/O knobs,
 // tokens_per_block; bucket_bytes as the SSD file size, staging_bytes as the read window).
 StoreOptions DescribeTieredOptions(const TieredStoreOptions& options);
+// The tiered store the same StoreOptions ask for, its inverse: budgets, directories, I/O knobs,
+// watermarks and tokens_per_block carry over, ssd_file_bytes becomes the bucket size and
+// read_window_bytes the staging pool; the baseline's own knobs keep their (Mooncake) defaults.
+TieredStoreOptions TieredOptionsFrom(const StoreOptions& options);
 
 class TieredStoreAdapter final : public Store {
  public:
