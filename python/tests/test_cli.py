@@ -113,6 +113,20 @@ def test_bench_sched_dram_requests_do_not_wait_behind_ssd_ones():
     assert 0 < j["mas_dram_p99_ms"] < j["fcfs_dram_p99_ms"]
 
 
+def test_bench_sched_serves_its_stream_through_a_real_store():
+    # Small: the contract (a real store's restores, every request served, the JSON fields), not
+    # the latency ratio, which `bench sched` itself prints and which a timed test cannot check.
+    j = last_json(run("bench", "sched", "--requests", "120", "--rate", "1000", "--ssd-max-mib", "2",
+                      "--json"))
+    assert j["service"] == "store" and j["requests"] == 120
+    for policy in ("mas", "fcfs"):
+        for field in ("dram_p50_ms", "dram_p99_ms", "ssd_p99_ms", "makespan_ms",
+                      "peak_inflight_mib", "ssd_read_gbps"):
+            assert j[f"{policy}_{field}"] >= 0, field
+        assert j[f"{policy}_dram_p99_ms"] > 0
+    assert j["fcfs_vs_mas_dram_p99"] > 0
+
+
 def test_replay_small_workload_loses_no_bytes():
     p = run("replay", "--workload", "agentic", "--requests", "40", "--scale", "0.05",
             "--qps", "40", "--json", "--no-progress")
