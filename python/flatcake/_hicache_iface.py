@@ -2,7 +2,8 @@
 
 It mirrors the contract of ``sglang.srt.mem_cache.hicache_storage`` (the ``HiCacheStorage``
 abstract class, ``HiCacheStorageConfig`` and ``HiCacheStorageExtraInfo``) and of
-``sglang.srt.metrics.collector.StorageMetrics`` closely enough that ``flatcake.sglang`` behaves
+``sglang.srt.observability.metrics_collector.StorageMetrics`` (``sglang.srt.metrics.collector``
+before February 2026) closely enough that ``flatcake.sglang`` behaves
 the same with or without SGLang, and that the tests can drive it the way SGLang's HiCache
 controller does:
 

@@ -31,9 +31,10 @@ heads), ``<hash>`` for MLA (the latent cache is identical on every rank, so rank
 ``_pp<rank>`` under pipeline parallelism and ``_cp<rank>`` under attention context parallelism,
 and an optional ``namespace`` prefix.
 
-Placement: when SGLang passes ``prefix_keys`` (``--hicache-storage-pass-prefix-keys``), the last
-prefix key becomes the write's ``prefix_tail`` and the prefix length its ``context_tokens``, so
-a request's pages join its session's scope and long contexts go to SSD laid out flat.
+Placement: when SGLang passes ``prefix_keys`` (``"hicache_storage_pass_prefix_keys": true`` in
+the extra config), the last prefix key becomes the write's ``prefix_tail`` and the prefix length
+its ``context_tokens``, so a request's pages join its session's scope and long contexts go to SSD
+laid out flat.
 """
 
 from __future__ import annotations
@@ -58,10 +59,20 @@ try:  # SGLang present: subclass the real interface so its factory's issubclass 
 except ImportError:  # pragma: no cover - exercised when SGLang is absent (the test machine)
     from ._hicache_iface import HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo
 
+# SGLang's log_storage_metrics asserts that get_stats() returns its own StorageMetrics class, which
+# moved from sglang.srt.metrics.collector to sglang.srt.observability.metrics_collector in
+# February 2026: return whichever this SGLang has.
 try:
-    from sglang.srt.metrics.collector import StorageMetrics  # type: ignore
-except ImportError:  # pragma: no cover
-    from ._hicache_iface import StorageMetrics
+    from sglang.srt.observability.metrics_collector import StorageMetrics  # type: ignore
+except ImportError:
+    try:
+        from sglang.srt.metrics.collector import StorageMetrics  # type: ignore  # before 2026-02
+    except ImportError:  # pragma: no cover - SGLang absent
+        from ._hicache_iface import StorageMetrics
+
+# Per-call figures kept between two get_stats() calls, per list; the oldest go first. SGLang asks
+# once per scheduler step, so this only bounds a caller that records but never asks.
+METRICS_MAX_ENTRIES = 1024
 
 __all__ = [
     "ADAPTER_OPTIONS",
@@ -175,6 +186,7 @@ class FlatCakeStorage(HiCacheStorage):
         self._kind: Optional[str] = None
         self._page_size = 0
         self._pool_extent: Tuple[int, int] = (0, 0)
+        self._metrics_enabled = bool(_cfg(storage_config, "enable_storage_metrics", False))
         self._metrics_lock = threading.Lock()
         self._metrics = StorageMetrics()
 
@@ -312,10 +324,17 @@ class FlatCakeStorage(HiCacheStorage):
         return ptrs
 
     def _record(self, kind: str, pages: int, nbytes: int, seconds: float) -> None:
+        # With --enable-metrics off SGLang never calls get_stats(): record nothing.
+        if not self._metrics_enabled:
+            return
         with self._metrics_lock:
-            getattr(self._metrics, f"{kind}_pgs").append(pages)
+            figures = [(getattr(self._metrics, f"{kind}_pgs"), pages)]
             if seconds > 0:
-                getattr(self._metrics, f"{kind}_bandwidth").append(nbytes / seconds / 1e9)
+                figures.append((getattr(self._metrics, f"{kind}_bandwidth"), nbytes / seconds / 1e9))
+            for values, value in figures:
+                values.append(value)
+                if len(values) > METRICS_MAX_ENTRIES:
+                    del values[: len(values) - METRICS_MAX_ENTRIES]
 
     # --- zero-copy interface (interface_v1) -----------------------------------------------------
     def batch_set_v1(self, keys: List[str], host_indices: Any,
