@@ -38,8 +38,6 @@ class HiCacheStorageConfig:
     enable_storage_metrics: bool = False
     is_page_first_layout: bool = False
     model_name: Optional[str] = None
-    dp_rank: int = 0
-    dp_size: int = 1
     tp_lcm_size: Optional[int] = None
     should_split_heads: bool = False
     # The JSON object given to --hicache-storage-backend-extra-config.

@@ -70,6 +70,9 @@ except ImportError:
     except ImportError:  # pragma: no cover - SGLang absent
         from ._hicache_iface import StorageMetrics
 
+# Worker directory slots a process tries before giving up (each held by another live store).
+MAX_WORKER_SLOTS = 256
+
 # Per-call figures kept between two get_stats() calls, per list; the oldest go first. SGLang asks
 # once per scheduler step, so this only bounds a caller that records but never asks.
 METRICS_MAX_ENTRIES = 1024
@@ -93,7 +96,8 @@ _LOADER_KEYS = ("backend_name", "module_path", "class_name", "interface_v1", "tp
 # Options of this adapter (everything else in extra_config is a StoreOptions field).
 ADAPTER_OPTIONS: Dict[str, str] = {
     "namespace": "string prefixed to every key, to keep several models apart in one store",
-    "per_worker_subdir": "true (default): each worker process stores under <ssd_dir>/<worker>",
+    "per_worker_subdir": "true (default): each worker process stores under <ssd_dir>/<worker>, "
+                         "the next free slot when another live worker holds it",
     "force_medium": "'dram' or 'ssd': bypass placement (testing, benchmarking)",
 }
 
@@ -148,8 +152,6 @@ class FlatCakeStorage(HiCacheStorage):
         self.pp_size = int(_cfg(storage_config, "pp_size", 1))
         self.cp_rank = int(_cfg(storage_config, "attn_cp_rank", 0))
         self.cp_size = int(_cfg(storage_config, "attn_cp_size", 1))
-        self.dp_rank = int(_cfg(storage_config, "dp_rank", 0))
-        self.dp_size = int(_cfg(storage_config, "dp_size", 1))
         self.is_mla = bool(_cfg(storage_config, "is_mla_model", False))
 
         extra = dict(_cfg(storage_config, "extra_config", {}) or {})
@@ -195,32 +197,56 @@ class FlatCakeStorage(HiCacheStorage):
         tag = f"tp{self.tp_rank}"
         if self.pp_size > 1:
             tag += f"_pp{self.pp_rank}"
-        if self.dp_size > 1:
-            tag += f"_dp{self.dp_rank}"
         if self.cp_size > 1:
             tag += f"_cp{self.cp_rank}"
         return tag
+
+    def _worker_dirs(self, dirs: List[str], workers: int, slot: int) -> List[str]:
+        """The pool directories of worker slot `slot`: <dir>/<worker tag> with several workers,
+        <dir> alone with one; slot k > 0 appends ``_w<k>`` (or uses ``w<k>``)."""
+        base = self._worker_tag() if workers > 1 else ""
+        if slot > 0:
+            base = f"{base}_w{slot}" if base else f"w{slot}"
+        out = []
+        for d in dirs:
+            if not os.path.isdir(d):
+                raise ValueError(f"FlatCakeStorage: ssd_dirs entry {d!r} is not a directory")
+            sub = os.path.join(d, base) if base else d
+            os.makedirs(sub, exist_ok=True)
+            out.append(sub)
+        return out
 
     def _open_store(self, page_size: int) -> None:
         config = dict(self._store_config)
         if "tokens_per_block" not in self._user_set:
             config["tokens_per_block"] = page_size  # one block is one SGLang page
         fingerprint = json.dumps(config, sort_keys=True)
-        workers = self.tp_size * self.pp_size * self.dp_size * self.cp_size
+        workers = self.tp_size * self.pp_size * self.cp_size
 
         def open_fn() -> flatcake.Store:
             cfg = dict(config)
-            if cfg.get("ssd_dirs") and self.per_worker_subdir and workers > 1:
-                # Worker processes cannot share pool files; each gets its own directory.
-                dirs = []
-                for d in cfg["ssd_dirs"]:
-                    if not os.path.isdir(d):
-                        raise ValueError(f"FlatCakeStorage: ssd_dirs entry {d!r} is not a directory")
-                    sub = os.path.join(d, self._worker_tag())
-                    os.makedirs(sub, exist_ok=True)
-                    dirs.append(sub)
-                cfg["ssd_dirs"] = dirs
-            return flatcake.open(cfg)
+            if not (cfg.get("ssd_dirs") and self.per_worker_subdir):
+                return flatcake.open(cfg)
+            # Worker processes cannot share pool files; each gets its own directories. SGLang's
+            # storage config does not tell DP-attention workers apart (it has no dp rank: each DP
+            # worker gets the same one), so a worker that finds its directories held by another
+            # live store takes the next free slot rather than failing to start.
+            busy = None
+            for slot in range(MAX_WORKER_SLOTS):
+                cfg["ssd_dirs"] = self._worker_dirs(list(config["ssd_dirs"]), workers, slot)
+                try:
+                    store = flatcake.open(cfg)
+                except flatcake.Error as e:
+                    if e.code != "Busy":
+                        raise
+                    busy = e
+                    continue
+                if slot > 0:
+                    logger.info("FlatCake: worker %s uses %s (slot %d; the earlier ones are held "
+                                "by other live workers)", self._worker_tag(), cfg["ssd_dirs"],
+                                slot)
+                return store
+            raise busy
 
         self._store = _acquire_store(fingerprint, open_fn)
         self._fingerprint = fingerprint
