@@ -70,6 +70,9 @@ except ImportError:
     except ImportError:  # pragma: no cover - SGLang absent
         from ._hicache_iface import StorageMetrics
 
+# SGLang's key suffix of draft-model pages (PoolName.DRAFT; `{hash}.draft`).
+DRAFT_SUFFIX = ".draft"
+
 # Worker directory slots a process tries before giving up (each held by another live store).
 MAX_WORKER_SLOTS = 256
 
@@ -404,11 +407,12 @@ class FlatCakeStorage(HiCacheStorage):
                      time.perf_counter() - start)
         return [bool(f) for f in result.found]
 
-    def _restore(self, store_keys: List[str], ptrs: List[int], kind: str) -> flatcake.GetResult:
+    def _restore(self, store_keys: List[str], ptrs: List[int], kind: str,
+                 layout: Optional[Any] = None) -> flatcake.GetResult:
         """One restore request, scheduled by the store's FC-MAS with the other workers' (a page
         set whose hits are all in DRAM is served at once; one that needs SSD waits its turn for
         the read window); blocks until it is done, with the GIL released."""
-        handle = self._store.restore(store_keys, self._layout, ptrs, kind=kind)
+        handle = self._store.restore(store_keys, layout or self._layout, ptrs, kind=kind)
         handle.wait()
         return handle.result
 
@@ -424,9 +428,11 @@ class FlatCakeStorage(HiCacheStorage):
 
     # --- copy-based interface (flat pages) ------------------------------------------------------
     def _flat_buffers(self, n: int, values: Optional[List[Any]], locations: Optional[Any],
-                      sizes: Optional[Any], op: str) -> List[Any]:
-        """One buffer (tensor or address) of block_bytes per key."""
-        block = self._layout.block_bytes
+                      sizes: Optional[Any], op: str, layout: Optional[Any] = None) -> List[Any]:
+        """One buffer (tensor or address) of `layout`'s block bytes (default: a target page) per
+        key."""
+        layout = layout or self._layout
+        block = layout.block_bytes
         if values is not None:
             buffers = list(values)
         elif locations is not None:
@@ -445,7 +451,7 @@ class FlatCakeStorage(HiCacheStorage):
                 nbytes = b.numel() * b.element_size()
                 if nbytes != block:
                     raise ValueError(f"FlatCakeStorage.{op}: buffer {i} has {nbytes} bytes; a page "
-                                     f"of {self._layout!r} has {block}")
+                                     f"of {layout!r} has {block}")
                 if not b.is_contiguous() or b.device.type != "cpu":
                     raise ValueError(f"FlatCakeStorage.{op}: buffer {i} must be a contiguous "
                                      "CPU tensor")
@@ -454,17 +460,38 @@ class FlatCakeStorage(HiCacheStorage):
                                 f"address, got {type(b).__name__}")
         return buffers
 
+    def _copy_layout(self, op: str, keys: List[str], buffers: Optional[Any]) -> Tuple[Any, str]:
+        """The block layout and buffer kind of a copy-based batch. Target pages have the host
+        pool's layout. Draft-model pages (speculative decoding: SGLang's generic path stores them
+        under ``<hash>.draft`` keys as flat pages of the draft pool, whose shape differs) are kept
+        whole, as one slice of the page's size: a layout of their own, apart by key."""
+        draft = [k.endswith(DRAFT_SUFFIX) for k in keys]
+        if not any(draft):
+            return self._layout, "block_plane_major"
+        if not all(draft):
+            raise ValueError(f"FlatCakeStorage.{op}: a batch mixes draft ({DRAFT_SUFFIX}) and "
+                             "target pages")
+        items = list(buffers) if isinstance(buffers, (list, tuple)) else [buffers]
+        if not items or not all(isinstance(b, torch.Tensor) for b in items):
+            raise ValueError(f"FlatCakeStorage.{op}: draft pages need tensors (their size is "
+                             "the draft pool's page size)")
+        nbytes = items[0].numel() * items[0].element_size()
+        return flatcake.KvLayout(num_layers=1, num_planes=1, slice_bytes=nbytes), "block_contiguous"
+
     def batch_set(self, keys: List[str], values: Optional[Any] = None,
                   target_locations: Optional[Any] = None, target_sizes: Optional[Any] = None) -> bool:
         self._require_pool("batch_set")
         keys = list(keys)
         if not keys:
             return True
-        buffers = self._flat_buffers(len(keys), values, target_locations, target_sizes, "batch_set")
+        layout, kind = self._copy_layout("batch_set", keys,
+                                         values if values is not None else target_locations)
+        buffers = self._flat_buffers(len(keys), values, target_locations, target_sizes,
+                                     "batch_set", layout)
         try:
-            self._store.put([self._store_key(k) for k in keys], self._layout,
+            self._store.put([self._store_key(k) for k in keys], layout,
                             [b.data_ptr() if isinstance(b, torch.Tensor) else b for b in buffers],
-                            kind="block_plane_major", force_medium=self.force_medium)
+                            kind=kind, force_medium=self.force_medium)
         except (flatcake.Error, ValueError) as e:
             logger.warning("FlatCake: storing %d pages failed: %s", len(keys), e)
             return False
@@ -488,11 +515,13 @@ class FlatCakeStorage(HiCacheStorage):
             target_locations = [make() if make else
                                 torch.empty(self._layout.block_bytes, dtype=torch.uint8)
                                 for _ in keys]
-        buffers = self._flat_buffers(len(keys), None, target_locations, target_sizes, "batch_get")
+        layout, kind = self._copy_layout("batch_get", keys, target_locations)
+        buffers = self._flat_buffers(len(keys), None, target_locations, target_sizes,
+                                     "batch_get", layout)
         try:
             result = self._restore([self._store_key(k) for k in keys],
                                    [b.data_ptr() if isinstance(b, torch.Tensor) else b
-                                    for b in buffers], "block_plane_major")
+                                    for b in buffers], kind, layout)
         except (flatcake.Error, ValueError) as e:
             logger.warning("FlatCake: loading %d pages failed: %s", len(keys), e)
             return [None] * len(keys)

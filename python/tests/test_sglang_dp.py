@@ -6,6 +6,9 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+import torch
+
 from host_pool import EmulatedHostPool
 from sglang_util import load_backend, page_hashes
 
@@ -61,3 +64,34 @@ def test_two_dp_workers_with_identical_configs_both_start(ssd_dir):
         assert first.batch_exists(keys) == 4
         assert all(first.batch_get_v1(keys, pool.page_indices(range(8, 12))))
         first.close()
+
+
+def test_draft_pages_round_trip_through_the_generic_path(ssd_dir):
+    """Speculative decoding: SGLang's generic draft path stores the draft pool's flat pages under
+    `<hash>.draft` keys with batch_set and reads them back with batch_get into the draft pool's
+    dummy pages (cache_controller._draft_page_set_generic / _get_generic at SGLang 8905cbd). The
+    draft pool's pages have another shape than the target pool's."""
+    target = EmulatedHostPool(mla=False, layout="page_first", layer_num=4, page_size=16,
+                              page_num=32, heads=2, head_dim=64)
+    draft = EmulatedHostPool(mla=False, layout="page_first", layer_num=1, page_size=16,
+                             page_num=32, heads=4, head_dim=32)
+    target.fill_random(1)
+    draft.fill_random(2)
+    b = load_backend(store_config(ssd_dir), is_mla_model=False)
+    b.register_mem_pool_host(target)
+    hashes = page_hashes(6, seed=30)
+    assert all(b.batch_set_v1(hashes, target.page_indices(range(6))))
+    draft_keys = [f"{h}.draft" for h in hashes]
+    pages = [draft.get_data_page(i * draft.page_size) for i in range(6)]
+    assert pages[0].numel() * pages[0].element_size() != b._layout.block_bytes  # another shape
+    assert b.batch_set(draft_keys, pages) is True
+    dummies = [draft.get_dummy_flat_data_page() for _ in draft_keys]
+    got = b.batch_get(draft_keys, dummies)
+    assert all(g is not None for g in got)
+    for i, g in enumerate(got):
+        assert torch.equal(g.view(torch.uint8), pages[i].view(torch.uint8)), i  # bytes (NaNs)
+    # The target pages are untouched, and a batch that mixes the two is refused.
+    assert all(b.batch_get_v1(hashes, target.page_indices(range(8, 14))))
+    with pytest.raises(ValueError, match="mixes draft"):
+        b.batch_set([draft_keys[0], hashes[0]], [pages[0], pages[1]])
+    b.close()
