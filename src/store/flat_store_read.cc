@@ -153,7 +153,7 @@ void FlatStore::StartSsdReads(const std::shared_ptr<RestoreJob>& job,
       [raw](uint32_t l) { raw->ReportLayer(l); }, std::move(on_slice),
       [job, done = std::move(done)](const Status& st, const ReaderStats& rs) {
         job->ssd_stats = rs;
-        job->ssd_done_ns.store(SteadyNowNs());
+        job->ssd_done_ns = SteadyNowNs();
         done(st);
       });
   MutexLock lock(job->mu);
@@ -199,7 +199,7 @@ void FlatStore::FinishJob(RestoreJob& job, Status st) {
   result.ssd_reads_in_place = job.ssd_stats.direct_reads + job.ssd_stats.vectored_ops;
   if (job.admitted_ns >= 0) {
     result.queued_ns = std::max<int64_t>(0, job.admitted_ns - job.arrival_ns);
-    result.ssd_read_ns = std::max<int64_t>(0, job.ssd_done_ns.load() - job.admitted_ns);
+    result.ssd_read_ns = std::max<int64_t>(0, job.ssd_done_ns - job.admitted_ns);
   }
   if (st.ok()) {
     hits_.fetch_add(result.hits, std::memory_order_relaxed);

@@ -111,7 +111,7 @@ void FlatStore::StopScheduler() {
   if (!sched_) return;
   // No new prefetch starts; those in flight complete (their reads land); what was never served is
   // failed below, so every waiter wakes and every pin is dropped.
-  std::vector<RestoreRequest> unserved = sched_->Shutdown();
+  (void)sched_->Shutdown();  // the requests it never served are all in jobs_, failed below
   {
     MutexLock lock(jobs_mu_);
     while (completions_running_ != 0) jobs_cv_.Wait(jobs_mu_);
@@ -123,12 +123,11 @@ void FlatStore::StopScheduler() {
   {
     MutexLock lock(jobs_mu_);
     left.swap(jobs_);
-    // A prefetch queued for the dispatcher but never started still owes its completion; the
-    // scheduler is shut down, so nobody waits for it any more.
+    // Empty already: Shutdown waited for every admitted prefetch, and the dispatcher, still
+    // running then, started the queued ones. Cleared so no task outlives the scheduler.
     prefetch_tasks_.clear();
   }
   for (auto& [id, job] : left) FinishJob(*job, Status::Aborted("the store is closing"));
-  (void)unserved;  // every unserved request's job was in `jobs_`
 }
 
 void FlatStore::Executor::Prefetch(const RestoreRequest& request,
@@ -256,8 +255,7 @@ Result<std::unique_ptr<RestoreHandle>> FlatStore::Restore(std::span<const Key> k
   for (const RestoreHit& h : job->hits) {
     if (h.valid) slowest = std::max(slowest, h.entry.gva);
   }
-  job->restore_class = ClassifyRestore(slowest);
-  (job->restore_class == RestoreClass::kDramReady ? restores_dram_ : restores_ssd_)
+  (ClassifyRestore(slowest) == RestoreClass::kDramReady ? restores_dram_ : restores_ssd_)
       .fetch_add(1, std::memory_order_relaxed);
   const RestoreRequest request{next_restore_id_.fetch_add(1, std::memory_order_relaxed),
                                job->arrival_ns, slowest,

@@ -27,7 +27,6 @@
 #include "flatcake/store.h"
 #include "gva/block_index.h"
 #include "io/layered_restore.h"
-#include "sched/restore_queue.h"
 #include "util/thread_annotations.h"
 
 namespace flatcake {
@@ -51,7 +50,6 @@ struct RestoreJob {
   BlockBuffers dst;                 // over dst_pointers
   std::function<void(uint32_t)> on_layer;
   int64_t arrival_ns = 0;
-  RestoreClass restore_class = RestoreClass::kDramReady;
 
   std::vector<RestoreHit> hits;     // every pinned hit, in key order
   std::vector<uint32_t> dram_hits;  // indices into `hits`
@@ -61,8 +59,10 @@ struct RestoreJob {
 
   // SSD reads: written by the thread that runs the prefetch, and by the reads' end.
   int64_t admitted_ns = -1;
-  std::atomic<int64_t> ssd_done_ns{0};
-  ReaderStats ssd_stats;  // written once the reads are done, before the prefetch completes
+  // Written once the reads are done, before the prefetch completes (which orders them before
+  // FinishJob reads them).
+  int64_t ssd_done_ns = 0;
+  ReaderStats ssd_stats;
 
   mutable Mutex mu;
   CondVar cv;
