@@ -178,12 +178,14 @@ class FlatCakeStorage(HiCacheStorage):
                              f"adapter options: {', '.join(ADAPTER_OPTIONS)}") from e
         self._user_set = set(extra)
 
-        suffix = "" if self.is_mla else f"_{self.tp_rank}"
-        if self.pp_size > 1:
-            suffix += f"_pp{self.pp_rank}"
-        if self.cp_size > 1 and not self.is_mla:
-            suffix += f"_cp{self.cp_rank}"
-        self._key_suffix = suffix
+        # Context-parallel ranks each hold their own slice of every page, MLA included, so the
+        # CP rank is always part of the key (shared keys would keep one rank's slice for all).
+        shared = f"_pp{self.pp_rank}" if self.pp_size > 1 else ""
+        if self.cp_size > 1:
+            shared += f"_cp{self.cp_rank}"
+        self._shared_suffix = shared  # pages identical on every TP rank
+        self._rank_suffix = f"_{self.tp_rank}{shared}"  # pages of this TP rank's heads
+        self._key_suffix = shared if self.is_mla else self._rank_suffix
 
         self._store: Optional[flatcake.Store] = None
         self._fingerprint: Optional[str] = None

@@ -123,6 +123,26 @@ def test_two_mla_tp_ranks_share_pages(ssd_dir, layout):
         b.close()
 
 
+@pytest.mark.parametrize("mla", [False, True], ids=["mha", "mla"])
+def test_context_parallel_ranks_keep_their_own_slices(ssd_dir, mla):
+    """Under attention context parallelism each CP rank holds its own slice of every page (MLA
+    too), so each rank stores and restores its own bytes. (Keys shared by CP ranks would keep the
+    first rank's slice and hand it to the other: write-once.)"""
+    pools = [small_pool("page_first", mla, seed=40 + r) for r in range(2)]
+    ranks = [backend(ssd_dir, pools[r], mla, attn_cp_rank=r, attn_cp_size=2) for r in range(2)]
+    keys = page_hashes(3, seed=41)
+    expected = [[p.page_bytes(x) for x in range(3)] for p in pools]
+    assert expected[0] != expected[1]
+    for r in range(2):
+        assert all(ranks[r].batch_set_v1(keys, pools[r].page_indices(range(3))))
+    for r in range(2):
+        pools[r].kv_buffer.zero_()
+        assert all(ranks[r].batch_get_v1(keys, pools[r].page_indices(range(3))))
+        assert [pools[r].page_bytes(x) for x in range(3)] == expected[r]
+    for b in ranks:
+        b.close()
+
+
 @pytest.mark.parametrize("layout, mla", CASES, ids=IDS)
 def test_partial_prefix_hit(ssd_dir, layout, mla):
     pool = small_pool(layout, mla, seed=21)
