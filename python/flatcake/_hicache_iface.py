@@ -15,12 +15,17 @@ controller does:
   return one bool per key; the controller counts leading successes.
 - ``get/set/batch_get/batch_set/exists`` are the older copy-based interface (flat page tensors).
 - ``get_stats()`` returns a StorageMetrics or None.
+- The v2 interface of hybrid models: ``register_mem_host_pool_v2(pool, name)`` per named host
+  pool, then ``batch_exists_v2(keys, pool_transfers)`` -> ``PoolTransferResult`` and
+  ``batch_get_v2`` / ``batch_set_v2(transfers)`` -> ``{pool name: [bool per page]}``, with the
+  ``PoolName``, ``PoolHitPolicy`` and ``PoolTransfer`` types below.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, List, Optional
 
 
@@ -67,6 +72,12 @@ class HiCacheStorage(ABC):
 
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         self.mem_pool_host = mem_pool_host
+
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+        """Registers one named pool of a hybrid model (v2 interface)."""
+        if not hasattr(self, "registered_pools"):
+            self.registered_pools = {}
+        self.registered_pools[host_pool_name] = host_pool
 
     def batch_get_v1(self, keys: List[str], host_indices: Any,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
@@ -116,3 +127,55 @@ class HiCacheStorage(ABC):
 
     def get_stats(self) -> Optional[StorageMetrics]:
         return None
+
+
+# --- the v2 interface (hybrid models: several named host pools per page) ----------------------
+class PoolName(str, Enum):
+    """Names of host pools; a transfer names the pool its pages belong to."""
+
+    KV = "kv"
+    MAMBA = "mamba"
+    SWA = "swa"
+    INDEXER = "indexer"
+    DEEPSEEK_V4_C4 = "deepseek_v4_c4"
+    DEEPSEEK_V4_C4_INDEXER = "deepseek_v4_c4_indexer"
+    DEEPSEEK_V4_C128 = "deepseek_v4_c128"
+    DEEPSEEK_V4_C4_STATE = "deepseek_v4_c4_state"
+    DEEPSEEK_V4_C4_INDEXER_STATE = "deepseek_v4_c4_indexer_state"
+    DEEPSEEK_V4_C128_STATE = "deepseek_v4_c128_state"
+    DRAFT = "draft"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class PoolHitPolicy(str, Enum):
+    """Which pages of a KV prefix an auxiliary pool must hold for the prefix to be usable."""
+
+    ALL_PAGES = "all_pages"  # every page of the prefix
+    TRAILING_PAGES = "trailing_pages"  # only the last len(transfer.keys) pages
+
+
+@dataclass
+class PoolTransfer:
+    """Pages of one named pool: host slots (page_size per key) and their page keys."""
+
+    name: Any
+    host_indices: Any = None
+    device_indices: Any = None
+    keys: Optional[List[str]] = None
+    hit_policy: Any = PoolHitPolicy.ALL_PAGES
+    nodes_to_load: Optional[List[Any]] = None
+    indices_from_pool: Any = None
+
+
+@dataclass
+class PoolTransferResult:
+    """The usable KV prefix (pages) and, per pool, the pages found or moved."""
+
+    kv_hit_pages: int
+    extra_pool_hit_pages: dict
+
+    @classmethod
+    def empty(cls) -> "PoolTransferResult":
+        return cls(0, {})

@@ -31,6 +31,17 @@ heads), ``<hash>`` for MLA (the latent cache is identical on every rank, so rank
 ``_pp<rank>`` under pipeline parallelism and ``_cp<rank>`` under attention context parallelism,
 and an optional ``namespace`` prefix.
 
+Hybrid models (v2 interface): SGLang's HybridCacheController registers a HostPoolGroup (its
+anchor pool holds the KV pages, moved by batch_get_v1/batch_set_v1 as above; a logical anchor
+with no KV bytes, as DeepSeek-V4's, stores nothing) and then each named pool with
+``register_mem_host_pool_v2``. An auxiliary pool's page (Mamba states, SWA window pages, DSA
+indexer, DeepSeek-V4 compressed pools, a draft model's KV) is the buffers its
+get_page_buffer_meta gives for one page; it is stored as one block under
+``<namespace><hash>:<pool><suffix>`` (the rank suffix, or only the ``_pp``/``_cp`` part for pools
+that are the same on every TP rank), in place when the buffers are of one size and gathered
+into one slice when they differ. ``batch_exists_v2`` applies the hit policies (all_pages,
+trailing_pages) to shrink the KV prefix; ``batch_get_v2`` / ``batch_set_v2`` report per pool.
+
 Placement: when SGLang passes ``prefix_keys`` (``"hicache_storage_pass_prefix_keys": true`` in
 the extra config), the last prefix key becomes the write's ``prefix_tail`` and the prefix length
 its ``context_tokens``, so a request's pages join its session's scope and long contexts go to SSD
@@ -39,6 +50,7 @@ laid out flat.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -59,6 +71,16 @@ try:  # SGLang present: subclass the real interface so its factory's issubclass 
 except ImportError:  # pragma: no cover - exercised when SGLang is absent (the test machine)
     from ._hicache_iface import HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo
 
+try:  # the v2 interface of hybrid models (SGLang 2026)
+    from sglang.srt.mem_cache.hicache_storage import (  # type: ignore
+        PoolHitPolicy,
+        PoolName,
+        PoolTransfer,
+        PoolTransferResult,
+    )
+except ImportError:  # pragma: no cover - SGLang absent or older
+    from ._hicache_iface import PoolHitPolicy, PoolName, PoolTransfer, PoolTransferResult
+
 # SGLang's log_storage_metrics asserts that get_stats() returns its own StorageMetrics class, which
 # moved from sglang.srt.metrics.collector to sglang.srt.observability.metrics_collector in
 # February 2026: return whichever this SGLang has.
@@ -76,6 +98,17 @@ DRAFT_SUFFIX = ".draft"
 # Worker directory slots a process tries before giving up (each held by another live store).
 MAX_WORKER_SLOTS = 256
 
+# Auxiliary pools whose pages are the same on every TP rank (an MLA model's DSA indexer and
+# DeepSeek-V4 compressed pools), so ranks share one copy, as the MLA KV pages do; every other
+# pool (Mamba states, MHA SWA windows) is per rank.
+_RANK_SHARED_POOLS = frozenset((
+    "indexer", "deepseek_v4_c4", "deepseek_v4_c4_indexer", "deepseek_v4_c128",
+    "deepseek_v4_c4_state", "deepseek_v4_c4_indexer_state", "deepseek_v4_c128_state"))
+
+# Auxiliary-pool pages are grouped into store sessions of about this many bytes, in write order:
+# a few large scopes per pool rather than one per call, reclaimed oldest first like any other.
+SIDE_SESSION_BYTES = 64 << 20
+
 # Per-call figures kept between two get_stats() calls, per list; the oldest go first. SGLang asks
 # once per scheduler step, so this only bounds a caller that records but never asks.
 METRICS_MAX_ENTRIES = 1024
@@ -86,6 +119,10 @@ __all__ = [
     "HiCacheStorage",
     "HiCacheStorageConfig",
     "HiCacheStorageExtraInfo",
+    "PoolHitPolicy",
+    "PoolName",
+    "PoolTransfer",
+    "PoolTransferResult",
     "SUPPORTED_LAYOUTS",
 ]
 
@@ -140,6 +177,112 @@ def _cfg(config: Any, name: str, default: Any) -> Any:
     return default if value is None else value
 
 
+def _enum_value(value: Any) -> str:
+    """'mamba' for PoolName.MAMBA or 'mamba'; the same for hit policies."""
+    return str(getattr(value, "value", value))
+
+
+def _count(indices: Any) -> int:
+    if indices is None:
+        return 0
+    return int(indices.numel()) if hasattr(indices, "numel") else len(indices)
+
+
+def _flat_meta(meta: Any) -> Tuple[List[int], List[int]]:
+    """(pointers, sizes) of a get_page_buffer_meta answer, nested lists (pools with several
+    buffers per object) flattened and empty buffers dropped; None (a pool with no bytes) -> []."""
+    if meta is None:
+        return [], []
+    ptrs, sizes = meta
+    out_p: List[int] = []
+    out_s: List[int] = []
+    for p, n in zip(ptrs, sizes):
+        pairs = zip(p, n) if isinstance(p, (list, tuple)) else ((p, n),)
+        for pp, nn in pairs:
+            if int(nn) > 0:
+                out_p.append(int(pp))
+                out_s.append(int(nn))
+    if len(ptrs) != len(sizes):
+        raise ValueError(f"get_page_buffer_meta gave {len(ptrs)} pointers but {len(sizes)} sizes")
+    return out_p, out_s
+
+
+class _SidePool:
+    """An auxiliary host pool of a hybrid model (v2 interface) and how its pages are stored.
+
+    A page is what the pool's get_page_buffer_meta gives for page_size slots: one or more
+    buffers. Pages whose buffers are of one size are stored in place, one block per page with one
+    slice per buffer (layout (1 x n x size), plane pointers; or (n x 1 x size), slice pointers,
+    past 16 buffers). Pages of unequal buffers (Mamba: a temporal state and conv states) are
+    gathered into one contiguous slice per page and scattered back after a restore. A pool whose
+    pages hold no bytes (a logical pool) stores nothing and always succeeds.
+    """
+
+    def __init__(self, name: str, pool: Any, page_size: int, sizes: List[int], shared: bool):
+        self.name = name
+        self.pool = pool
+        self.page_size = page_size
+        self.sizes = sizes
+        self.shared = shared
+        self.page_bytes = sum(sizes)
+        self.gather = False
+        self.layout: Optional[flatcake.KvLayout] = None
+        self.kind = "block_contiguous"
+        self.session_serial = 0
+        self.session_bytes = 0
+        n = len(sizes)
+        if n == 0:
+            return
+        if all(x == sizes[0] for x in sizes):
+            if n <= 16:
+                self.layout, self.kind = flatcake.KvLayout(1, n, sizes[0]), "plane_pointers"
+            elif n <= 4096:
+                self.layout, self.kind = flatcake.KvLayout(n, 1, sizes[0]), "slice_pointers"
+        if self.layout is None:
+            self.layout, self.gather = flatcake.KvLayout(1, 1, self.page_bytes), True
+        self.layout.validate()
+
+    def describe(self) -> str:
+        if self.layout is None:
+            return f"{self.name}: no bytes (logical)"
+        how = "gathered" if self.gather else self.kind
+        return f"{self.name}: page {self.page_bytes} B in {len(self.sizes)} buffers, {how}"
+
+    def pointers(self, host_indices: Any, n: int) -> List[int]:
+        """The buffers of n pages, checked against the shape seen at registration."""
+        ptrs, sizes = _flat_meta(self.pool.get_page_buffer_meta(host_indices))
+        if len(ptrs) != n * len(self.sizes) or sizes != self.sizes * n:
+            raise ValueError(f"pool '{self.name}' gave {len(ptrs)} buffers for {n} pages; "
+                             f"registered pages have {len(self.sizes)} of {self.sizes} bytes")
+        return ptrs
+
+    def gather_into(self, base: int, ptrs: List[int]) -> None:
+        per = len(self.sizes)
+        for i in range(0, len(ptrs), per):
+            dst = base + (i // per) * self.page_bytes
+            for p, size in zip(ptrs[i:i + per], self.sizes):
+                ctypes.memmove(dst, p, size)
+                dst += size
+
+    def scatter_from(self, base: int, ptrs: List[int], found: List[bool]) -> None:
+        per = len(self.sizes)
+        for page, ok in enumerate(found):
+            if not ok:
+                continue
+            src = base + page * self.page_bytes
+            for p, size in zip(ptrs[page * per:(page + 1) * per], self.sizes):
+                ctypes.memmove(p, src, size)
+                src += size
+
+    def next_session(self, nbytes: int) -> str:
+        """The store session of the next write: pages in write order, SIDE_SESSION_BYTES each."""
+        if self.session_bytes >= SIDE_SESSION_BYTES:
+            self.session_serial += 1
+            self.session_bytes = 0
+        self.session_bytes += nbytes
+        return f"sglang-{self.name}-{self.session_serial}"
+
+
 class FlatCakeStorage(HiCacheStorage):
     """SGLang HiCache storage backed by a FlatCake store. Thread-safe: SGLang's prefetch, I/O and
     backup threads call it concurrently; the store releases the GIL during copies and I/O."""
@@ -189,6 +332,10 @@ class FlatCakeStorage(HiCacheStorage):
 
         self._store: Optional[flatcake.Store] = None
         self._fingerprint: Optional[str] = None
+        self._kv_pool: Any = None  # the host pool of the KV pages (a HostPoolGroup's anchor)
+        self._logical_kv = False  # the KV anchor holds no bytes (DeepSeek-V4): nothing to store
+        self._side_pools: Dict[str, _SidePool] = {}  # v2 auxiliary pools by name
+        self._side_lock = threading.Lock()
         self._layout: Optional[flatcake.KvLayout] = None
         self._kind: Optional[str] = None
         self._page_size = 0
@@ -257,21 +404,40 @@ class FlatCakeStorage(HiCacheStorage):
         self._fingerprint = fingerprint
 
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
-        """Checks the host pool, derives the block layout and opens (or joins) the store."""
+        """Checks the host pool, derives the block layout and opens (or joins) the store.
+
+        A hybrid model's HostPoolGroup is accepted: its anchor entry's pool holds the KV pages
+        (host indices are the anchor's), and its other pools arrive through
+        register_mem_host_pool_v2. A logical anchor (no KV bytes, as DeepSeek-V4's) stores
+        nothing for the KV pages; their auxiliary pools carry the data."""
         if mem_pool_host is None:
             raise ValueError("FlatCakeStorage.register_mem_pool_host: the host pool is None")
-        layout_name = getattr(mem_pool_host, "layout", None)
+        anchor = getattr(mem_pool_host, "anchor_entry", None)
+        kv_pool = anchor.host_pool if anchor is not None else mem_pool_host
+        if not hasattr(kv_pool, "page_size"):
+            raise ValueError(f"FlatCakeStorage: host pool {type(kv_pool).__name__} lacks "
+                             "'page_size'")
+        page_size = int(kv_pool.page_size)
+        if getattr(kv_pool, "kv_buffer", True) is None or getattr(kv_pool, "layer_num", 1) == 0:
+            super().register_mem_pool_host(mem_pool_host)
+            self._kv_pool, self._logical_kv, self._page_size = kv_pool, True, page_size
+            if self._store is None:
+                self._open_store(page_size)
+            logger.info("FlatCake HiCache backend: logical KV anchor %s (page_size %d): KV pages "
+                        "hold no bytes; store=%s", type(kv_pool).__name__, page_size,
+                        self._store.info())
+            return
+        layout_name = getattr(kv_pool, "layout", None)
         if layout_name not in SUPPORTED_LAYOUTS:
             raise ValueError(f"FlatCakeStorage: unsupported host memory layout {layout_name!r}; "
                              f"use --hicache-mem-layout {' or '.join(SUPPORTED_LAYOUTS)}")
-        for attr in ("page_size", "layer_num", "get_page_buffer_meta"):
-            if not hasattr(mem_pool_host, attr):
-                raise ValueError(f"FlatCakeStorage: host pool {type(mem_pool_host).__name__} "
+        for attr in ("layer_num", "get_page_buffer_meta"):
+            if not hasattr(kv_pool, attr):
+                raise ValueError(f"FlatCakeStorage: host pool {type(kv_pool).__name__} "
                                  f"lacks '{attr}'")
-        page_size = int(mem_pool_host.page_size)
-        layers = int(mem_pool_host.layer_num)
+        layers = int(kv_pool.layer_num)
         planes = 1 if self.is_mla else 2
-        ptrs, sizes = mem_pool_host.get_page_buffer_meta(torch.arange(page_size, dtype=torch.int64))
+        ptrs, sizes = kv_pool.get_page_buffer_meta(torch.arange(page_size, dtype=torch.int64))
         ptrs, sizes = list(ptrs), list(sizes)
         model = "MLA" if self.is_mla else "MHA"
         if layout_name == "layer_first":
@@ -289,8 +455,9 @@ class FlatCakeStorage(HiCacheStorage):
         layout = flatcake.KvLayout(layers, planes, slice_bytes)
         layout.validate()
         super().register_mem_pool_host(mem_pool_host)
+        self._kv_pool, self._logical_kv = kv_pool, False
         self._layout, self._kind, self._page_size = layout, kind, page_size
-        self._pool_extent = self._host_extent(mem_pool_host)
+        self._pool_extent = self._host_extent(kv_pool)
         if self._store is None:
             self._open_store(page_size)
         logger.info("FlatCake HiCache backend: layout=%s block=%r kind=%s key_suffix=%r store=%s",
@@ -314,7 +481,8 @@ class FlatCakeStorage(HiCacheStorage):
 
     # --- helpers --------------------------------------------------------------------------------
     def _require_pool(self, op: str) -> None:
-        if self.mem_pool_host is None or self._layout is None or self._store is None:
+        if self.mem_pool_host is None or self._store is None or (
+                self._layout is None and not self._logical_kv):
             raise RuntimeError(f"FlatCakeStorage.{op}: no host pool registered; SGLang calls "
                                "register_mem_pool_host() first")
 
@@ -338,7 +506,7 @@ class FlatCakeStorage(HiCacheStorage):
         if count != n * self._page_size:
             raise ValueError(f"FlatCakeStorage: {n} keys need {n * self._page_size} host indices "
                              f"(page_size {self._page_size}), got {count}")
-        ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
+        ptrs, sizes = self._kv_pool.get_page_buffer_meta(host_indices)
         ptrs = [int(p) for p in ptrs]
         want = flatcake._core.pointers_per_block(self._kind, self._layout) * n
         if len(ptrs) != want:
@@ -376,6 +544,8 @@ class FlatCakeStorage(HiCacheStorage):
         keys = list(keys)
         if not keys:
             return []
+        if self._logical_kv:
+            return self._logical_pages(keys, host_indices)
         ptrs = self._page_buffers(keys, host_indices)
         store_keys = [self._store_key(k) for k in keys]
         start = time.perf_counter()
@@ -397,6 +567,8 @@ class FlatCakeStorage(HiCacheStorage):
         keys = list(keys)
         if not keys:
             return []
+        if self._logical_kv:
+            return self._logical_pages(keys, host_indices)
         ptrs = self._page_buffers(keys, host_indices)
         store_keys = [self._store_key(k) for k in keys]
         start = time.perf_counter()
@@ -418,15 +590,195 @@ class FlatCakeStorage(HiCacheStorage):
         handle.wait()
         return handle.result
 
+    def _logical_pages(self, keys: List[str], host_indices: Any) -> List[bool]:
+        # A logical KV anchor's pages hold no bytes: every page "moves" (SGLang's own backends
+        # do the same); batch_exists_v2 finds the usable prefix in the auxiliary pools.
+        if _count(host_indices) != len(keys) * self._page_size:
+            raise ValueError(f"FlatCakeStorage: {len(keys)} keys need "
+                             f"{len(keys) * self._page_size} host indices (page_size "
+                             f"{self._page_size}), got {_count(host_indices)}")
+        return [True] * len(keys)
+
     def batch_exists(self, keys: List[str],
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
-        """Number of leading keys stored."""
-        if self._store is None:
+        """Number of leading keys stored (0 for a logical KV anchor, which stores nothing: its
+        hits are counted by batch_exists_v2 from the auxiliary pools)."""
+        if self._store is None or self._logical_kv:
             return 0  # nothing can have been stored before the pool was registered
         return self._store.exists([self._store_key(k) for k in keys])
 
     def exists(self, key: str) -> bool:
         return self.batch_exists([key]) == 1
+
+    # --- v2 interface (hybrid models: named auxiliary pools) ------------------------------------
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+        """Registers one named host pool of a hybrid model (SGLang's HybridCacheController calls
+        this for every entry of its HostPoolGroup, after register_mem_pool_host). The KV pool is
+        the one already registered (or is registered now); any other pool's page shape is read
+        from its get_page_buffer_meta and fixed from here on."""
+        name = _enum_value(host_pool_name)
+        if host_pool is None:
+            raise ValueError(f"FlatCakeStorage.register_mem_host_pool_v2: pool '{name}' is None")
+        if name == PoolName.KV.value:
+            if self.mem_pool_host is None:
+                self.register_mem_pool_host(host_pool)
+            super().register_mem_host_pool_v2(host_pool, host_pool_name)
+            return
+        if self._store is None:
+            raise RuntimeError(f"FlatCakeStorage.register_mem_host_pool_v2('{name}'): register "
+                               "the KV pool first (register_mem_pool_host)")
+        meta_fn = getattr(host_pool, "get_page_buffer_meta", None)
+        if meta_fn is None:
+            raise ValueError(f"FlatCakeStorage: pool '{name}' ({type(host_pool).__name__}) lacks "
+                             "'get_page_buffer_meta'")
+        page_size = int(getattr(host_pool, "page_size", 1) or 1)
+        try:
+            _, sizes = _flat_meta(meta_fn(torch.arange(page_size, dtype=torch.int64)))
+        except Exception as e:
+            raise ValueError(f"FlatCakeStorage: pool '{name}' ({type(host_pool).__name__}) cannot "
+                             f"describe its pages: {e}") from e
+        side = _SidePool(name, host_pool, page_size, sizes, self._pool_is_shared(name, host_pool))
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+        self._side_pools[name] = side
+        logger.info("FlatCake HiCache backend: pool %s (%s keys)", side.describe(),
+                    "rank-shared" if side.shared else "per-rank")
+
+    def _pool_is_shared(self, name: str, pool: Any) -> bool:
+        if name in _RANK_SHARED_POOLS:
+            return True
+        if name == PoolName.SWA.value:
+            return self.is_mla
+        if name == PoolName.DRAFT.value:  # the draft model's own attention kind decides
+            return "MLA" in type(pool).__name__ or bool(getattr(pool, "is_mla", False))
+        return False  # Mamba states and unknown pools: per rank (never wrongly shared)
+
+    def _side_key(self, side: _SidePool, page_hash: str) -> str:
+        if not isinstance(page_hash, str):
+            raise TypeError(f"FlatCakeStorage: page keys must be str, got {type(page_hash).__name__}")
+        suffix = self._shared_suffix if side.shared else self._rank_suffix
+        return f"{self.namespace}{page_hash}:{side.name}{suffix}"
+
+    def batch_exists_v2(self, keys: List[str], pool_transfers: Optional[List[Any]] = None,
+                        extra_info: Optional[HiCacheStorageExtraInfo] = None) -> Any:
+        """The usable prefix: the leading KV pages stored, shrunk by each pool's hit policy.
+
+        all_pages: the pool must hold every page of the KV prefix. trailing_pages: only the last
+        len(transfer.keys) pages before the prefix end must be there; the prefix ends at the
+        longest length for which they are. Returns a PoolTransferResult whose kv_hit_pages is the
+        minimum over the pools and whose extra_pool_hit_pages gives each pool's own boundary
+        (pools with none are left out, as is KV with no hit)."""
+        keys = list(keys)
+        if self._store is None or not keys:
+            return PoolTransferResult(0, {})
+        kv_pages = len(keys) if self._logical_kv else self.batch_exists(keys, extra_info)
+        hits: Dict[Any, int] = {PoolName.KV: kv_pages} if kv_pages else {}
+        final = kv_pages
+        for transfer in pool_transfers or []:
+            if final == 0:
+                break
+            name = _enum_value(transfer.name)
+            if name == PoolName.KV.value:
+                continue  # counted above
+            side = self._side_pools.get(name)
+            if side is None:
+                logger.error("FlatCake: batch_exists_v2 names pool '%s', which was never "
+                             "registered (register_mem_host_pool_v2); counting no hit", name)
+                boundary = 0
+            else:
+                boundary = self._pool_boundary(side, keys, kv_pages, transfer)
+            if boundary:
+                hits[transfer.name] = boundary
+            final = min(final, boundary)
+        return PoolTransferResult(final, hits)
+
+    def _pool_boundary(self, side: _SidePool, keys: List[str], kv_pages: int,
+                       transfer: Any) -> int:
+        if side.layout is None:
+            return kv_pages  # a pool without bytes holds every page
+        policy = _enum_value(transfer.hit_policy)
+        if policy == PoolHitPolicy.ALL_PAGES.value:
+            return self._store.exists([self._side_key(side, k) for k in keys[:kv_pages]])
+        if policy != PoolHitPolicy.TRAILING_PAGES.value:
+            logger.error("FlatCake: unknown hit policy %r for pool '%s'; counting no hit",
+                         policy, side.name)
+            return 0
+        window = max(1, len(transfer.keys) if transfer.keys else 1)
+        present: Dict[int, bool] = {}
+
+        def has(i: int) -> bool:
+            if i not in present:
+                present[i] = self._store.exists([self._side_key(side, keys[i])]) == 1
+            return present[i]
+
+        for end in range(kv_pages, 0, -1):
+            if all(has(i) for i in range(max(0, end - window), end)):
+                return end
+        return 0
+
+    def batch_set_v2(self, transfers: List[Any],
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> Dict[Any, List[bool]]:
+        """Stores each transfer's pages (transfer.keys, page_size host slots per key) from its
+        pool in place; {pool name: [True per page stored or already present]}. A failing pool
+        (bad indices, unregistered, no space) is logged and reported all False; the others
+        proceed."""
+        return self._batch_v2("batch_set_v2", transfers, extra_info, write=True)
+
+    def batch_get_v2(self, transfers: List[Any],
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> Dict[Any, List[bool]]:
+        """Loads each transfer's pages into its pool in place; {pool name: [found per page]}."""
+        return self._batch_v2("batch_get_v2", transfers, extra_info, write=False)
+
+    def _batch_v2(self, op: str, transfers: List[Any], extra_info: Any,
+                  write: bool) -> Dict[Any, List[bool]]:
+        self._require_pool(op)
+        results: Dict[Any, List[bool]] = {}
+        for transfer in transfers or []:
+            keys = list(transfer.keys or [])
+            name = _enum_value(transfer.name)
+            try:
+                if name == PoolName.KV.value:
+                    io = self.batch_set_v1 if write else self.batch_get_v1
+                    ok = io(keys, transfer.host_indices, extra_info) if keys else []
+                else:
+                    side = self._side_pools.get(name)
+                    if side is None:
+                        raise ValueError("the pool was never registered (register_mem_host_pool_v2)")
+                    ok = self._side_io(side, keys, transfer.host_indices, write)
+            except (flatcake.Error, ValueError, TypeError) as e:
+                logger.error("FlatCake: %s of %d '%s' pages failed: %s", op, len(keys), name, e)
+                ok = [False] * len(keys)
+            results[transfer.name] = ok
+        return results
+
+    def _side_io(self, side: _SidePool, keys: List[str], host_indices: Any,
+                 write: bool) -> List[bool]:
+        n = len(keys)
+        if n == 0:
+            return []
+        if _count(host_indices) != n * side.page_size:
+            raise ValueError(f"{n} keys need {n * side.page_size} host indices (page_size "
+                             f"{side.page_size}), got {_count(host_indices)}")
+        if side.layout is None:
+            return [True] * n
+        ptrs = side.pointers(host_indices, n)
+        store_keys = [self._side_key(side, k) for k in keys]
+        bounce = torch.empty(n * side.page_bytes, dtype=torch.uint8) if side.gather else None
+        if write:
+            if bounce is not None:
+                side.gather_into(bounce.data_ptr(), ptrs)
+            with self._side_lock:
+                session = side.next_session(n * side.page_bytes)
+            self._store.put(store_keys, side.layout, bounce if bounce is not None else ptrs,
+                            kind=side.kind, session=session, force_medium=self.force_medium)
+            return [True] * n
+        if bounce is None:
+            return [bool(f) for f in self._restore(store_keys, ptrs, side.kind, side.layout).found]
+        base = bounce.data_ptr()
+        result = self._restore(store_keys, [base + i * side.page_bytes for i in range(n)],
+                               "block_contiguous", side.layout)
+        found = [bool(f) for f in result.found]
+        side.scatter_from(base, ptrs, found)
+        return found
 
     # --- copy-based interface (flat pages) ------------------------------------------------------
     def _flat_buffers(self, n: int, values: Optional[List[Any]], locations: Optional[Any],
@@ -486,6 +838,8 @@ class FlatCakeStorage(HiCacheStorage):
         keys = list(keys)
         if not keys:
             return True
+        if self._logical_kv and not any(k.endswith(DRAFT_SUFFIX) for k in keys):
+            return True  # a logical KV anchor's flat pages are empty: nothing to store
         layout, kind = self._copy_layout("batch_set", keys,
                                          values if values is not None else target_locations)
         buffers = self._flat_buffers(len(keys), values, target_locations, target_sizes,
@@ -512,6 +866,12 @@ class FlatCakeStorage(HiCacheStorage):
         keys = list(keys)
         if not keys:
             return []
+        if self._logical_kv and not any(k.endswith(DRAFT_SUFFIX) for k in keys):
+            # Empty pages, as batch_get_v1 reports for a logical anchor.
+            if target_locations is None:
+                return [torch.empty(0, dtype=torch.uint8) for _ in keys]
+            return (list(target_locations) if isinstance(target_locations, (list, tuple))
+                    else [target_locations])
         if target_locations is None:
             make = getattr(self.mem_pool_host, "get_dummy_flat_data_page", None)
             target_locations = [make() if make else

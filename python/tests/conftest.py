@@ -6,7 +6,12 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))  # host_pool.py
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)  # host_pool.py, hybrid_pools.py, sglang_util.py
+# The suite runs as if SGLang were installed: flatcake.sglang binds the stand-in's interface
+# (SGLang 8905cbd's modules and types; see sglang_standin/README.md). test_sglang_v2.py checks
+# the fallback used without SGLang in a subprocess.
+sys.path.insert(0, os.path.join(HERE, "sglang_standin"))
 
 
 @pytest.fixture
