@@ -39,6 +39,14 @@ enum class IoEngineKind : uint8_t {
 
 enum class RestoreScheduler : uint8_t { kMas = 0, kFcfs = 1 };
 
+// When a durable pool makes its writes durable against power loss (a process kill loses nothing
+// published whatever the mode: commit records are written before a block is published).
+enum class SyncMode : uint8_t {
+  kNone,      // never: the operating system writes back in its own time
+  kInterval,  // every sync_interval_ms: pool data, then the journal
+  kEvery,     // each segment: its data, then its commit record
+};
+
 struct StoreOptions {
   uint32_t node_id = 0;  // this node's id in the GVA NodeID field (0..4095)
 
@@ -78,6 +86,11 @@ struct StoreOptions {
   // clang-format on
 
   bool verify_checksums = true;  // verify every block's XXH3 checksum on read
+  // --- durability of the SSD pool (docs/format.md) ---
+  bool recover = true;  // rebuild the store from the pool's journal at open; false: start empty
+  bool wipe = false;    // discard a pool that cannot be recovered (other format or geometry)
+  SyncMode sync = SyncMode::kInterval;
+  uint64_t sync_interval_ms = 1000;
 };
 
 // Checks every field against its row of the option table (range, multiple, enum value), then
@@ -94,5 +107,7 @@ std::string_view IoEngineKindName(IoEngineKind kind);
 Result<IoEngineKind> ParseIoEngineKind(std::string_view text);
 std::string_view RestoreSchedulerName(RestoreScheduler scheduler);
 Result<RestoreScheduler> ParseRestoreScheduler(std::string_view text);
+std::string_view SyncModeName(SyncMode mode);
+Result<SyncMode> ParseSyncMode(std::string_view text);
 
 }  // namespace flatcake

@@ -157,6 +157,11 @@ struct StoreStats {
   uint64_t io_errors = 0;
   uint64_t index_capacity = 0, index_size = 0, index_tombstones = 0, index_compactions = 0;
   uint64_t sessions = 0;  // sessions with at least one live scope
+  // Durable pools: journal size, rewrites, records that could not be written (the data stays
+  // correct: a lost free record is caught at recovery by overlap and checksums) and syncs.
+  uint64_t journal_bytes = 0, journal_rewrites = 0, journal_errors = 0, syncs = 0;
+  // Copied from StoreInfo: what recovery at open rebuilt.
+  uint64_t recovered_blocks = 0, recovered_segments = 0, skipped_records = 0;
 };
 
 // What Open found and chose; printed by `flatcake info`.
@@ -168,6 +173,18 @@ struct StoreInfo {
   std::string ssd_note;  // e.g. "O_DIRECT refused by tmpfs; using buffered I/O"
   uint32_t ssd_files = 0;
   std::vector<std::string> ssd_dirs;
+  // --- durability (docs/format.md) ---
+  bool ssd_durable = false;  // the SSD pool keeps a journal and survives restarts
+  std::string journal_path;  // the pool's journal, when durable
+  std::string sync_mode;     // "none", "interval" or "every"
+  bool recovered = false;    // the pool held data of an earlier run, rebuilt at open
+  uint64_t recovered_scopes = 0;
+  uint64_t recovered_segments = 0;
+  uint64_t recovered_blocks = 0;
+  uint64_t recovered_bytes = 0;      // payload bytes of the recovered blocks
+  uint64_t skipped_records = 0;      // damaged, torn or conflicting journal records passed over
+  uint64_t recovery_read_bytes = 0;  // bytes read to recover (journal and superblocks)
+  double recovery_seconds = 0;
 };
 
 class Store {

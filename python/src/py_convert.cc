@@ -238,6 +238,13 @@ pyb::dict StatsToDict(const StoreStats& s) {
   d["io_errors"] = s.io_errors;
   d["index_capacity"] = s.index_capacity;
   d["index_size"] = s.index_size;
+  d["journal_bytes"] = s.journal_bytes;
+  d["journal_rewrites"] = s.journal_rewrites;
+  d["journal_errors"] = s.journal_errors;
+  d["syncs"] = s.syncs;
+  d["recovered_blocks"] = s.recovered_blocks;
+  d["recovered_segments"] = s.recovered_segments;
+  d["skipped_records"] = s.skipped_records;
   return d;
 }
 
@@ -250,6 +257,17 @@ pyb::dict InfoToDict(const StoreInfo& info) {
   d["ssd_note"] = info.ssd_note;
   d["ssd_files"] = info.ssd_files;
   d["ssd_dirs"] = pyb::cast(info.ssd_dirs);
+  d["ssd_durable"] = info.ssd_durable;
+  d["journal_path"] = info.journal_path;
+  d["sync"] = info.sync_mode;
+  d["recovered"] = info.recovered;
+  d["recovered_scopes"] = info.recovered_scopes;
+  d["recovered_segments"] = info.recovered_segments;
+  d["recovered_blocks"] = info.recovered_blocks;
+  d["recovered_bytes"] = info.recovered_bytes;
+  d["skipped_records"] = info.skipped_records;
+  d["recovery_read_bytes"] = info.recovery_read_bytes;
+  d["recovery_s"] = info.recovery_seconds;
   return d;
 }
 

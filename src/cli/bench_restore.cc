@@ -202,6 +202,7 @@ Status RestoreBench::Setup() {
   StoreOptions o;
   o.dram_bytes = 0;
   o.ssd_dirs = {dir_};
+  o.recover = false;  // a measurement starts from an empty pool
   // Pool files hold a whole number of turns (segments), about 256 MiB or one segment if larger,
   // so the session's segments lie back to back from offset 0 (a segment never spans two files)
   // and the raw variants can read exactly its bytes as one sequence.
@@ -349,9 +350,9 @@ Result<RestoreRun> RestoreBench::SequentialReads(uint64_t total,
   std::vector<IoOp> ops;
   for (uint64_t pos = 0; pos < total;) {
     IoOp op;
-    op.file = static_cast<uint32_t>(pos / fb);
-    op.offset = pos % fb;
-    op.len = std::min(chunk, std::min(total - pos, fb - op.offset));  // never across a file
+    op.file = store_->ssd_pool()->FileOf(pos);
+    op.offset = store_->ssd_pool()->FileOffset(pos);  // past a durable pool's superblock
+    op.len = std::min(chunk, std::min(total - pos, fb - pos % fb));  // never across a file
     target(op, pos);
     ops.push_back(op);
     pos += op.len;

@@ -36,6 +36,7 @@ StoreOptions RoundTripStoreOptions(uint64_t per_medium, const std::string& dir) 
   const uint64_t room = static_cast<uint64_t>(per_medium / (o.high_watermark - 0.05));
   o.dram_bytes = room + 64 * kMiB;
   o.ssd_dirs = {dir};
+  o.recover = false;  // a measurement starts from an empty pool
   o.ssd_file_bytes = 256 * kMiB;
   o.ssd_bytes = (room / o.ssd_file_bytes + 2) * o.ssd_file_bytes;
   return o;

@@ -326,6 +326,7 @@ StoreOptions SchedStoreOptions(SchedPolicy policy, const SchedBenchOptions& o,
   StoreOptions so;
   so.dram_bytes = data.dram_bytes() + 64 * kMiB;
   so.ssd_dirs = {dir};
+  so.recover = false;  // a measurement starts from an empty pool
   so.ssd_file_bytes = AlignUp(std::max<uint64_t>(data.session_bytes(), 64 * kMiB), 4096);
   so.ssd_bytes = so.ssd_file_bytes * (2 + data.ssd_bytes() / so.ssd_file_bytes);
   so.read_window_bytes = static_cast<uint64_t>(o.window_mib * 1048576.0);

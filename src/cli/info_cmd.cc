@@ -12,7 +12,29 @@ namespace {
 
 struct InfoArgs {
   StoreOptions options;
+  bool json = false;
 };
+
+void PrintJson(const StoreInfo& info, const StoreStats& st) {
+  std::printf(
+      "{\"dram_capacity_bytes\": %lu, \"ssd_capacity_bytes\": %lu, \"ssd_files\": %u, "
+      "\"ssd_durable\": %s, \"journal_path\": \"%s\", \"sync\": \"%s\", "
+      "\"recovered\": %s, \"recovered_scopes\": %lu, \"recovered_segments\": %lu, "
+      "\"recovered_blocks\": %lu, \"recovered_bytes\": %lu, \"skipped_records\": %lu, "
+      "\"recovery_read_bytes\": %lu, \"recovery_s\": %.6f, \"journal_bytes\": %lu, "
+      "\"io_engine\": \"%s\", \"dram_page_mode\": \"%s\"}\n",
+      static_cast<unsigned long>(st.dram.capacity_bytes),
+      static_cast<unsigned long>(st.ssd.capacity_bytes), info.ssd_files,
+      info.ssd_durable ? "true" : "false", info.journal_path.c_str(), info.sync_mode.c_str(),
+      info.recovered ? "true" : "false", static_cast<unsigned long>(info.recovered_scopes),
+      static_cast<unsigned long>(info.recovered_segments),
+      static_cast<unsigned long>(info.recovered_blocks),
+      static_cast<unsigned long>(info.recovered_bytes),
+      static_cast<unsigned long>(info.skipped_records),
+      static_cast<unsigned long>(info.recovery_read_bytes), info.recovery_seconds,
+      static_cast<unsigned long>(st.journal_bytes), info.io_engine.c_str(),
+      info.dram_page_mode.c_str());
+}
 
 std::string Bytes(uint64_t b) {
   char buf[64];
@@ -34,6 +56,10 @@ int RunInfo(InfoArgs& a) {
   const StoreOptions& o = store.options();
   const StoreInfo info = store.GetInfo();
   const StoreStats st = store.GetStats();
+  if (a.json) {
+    PrintJson(info, st);
+    return 0;
+  }
   std::printf("FlatCake store, node %u\n", o.node_id);
   std::printf("DRAM medium   : %s, pages: %s\n",
               st.dram.capacity_bytes ? Bytes(st.dram.capacity_bytes).c_str() : "disabled",
@@ -44,6 +70,20 @@ int RunInfo(InfoArgs& a) {
                 info.ssd_direct_io ? "O_DIRECT" : "buffered I/O");
     for (const std::string& d : info.ssd_dirs) std::printf("  directory   : %s\n", d.c_str());
     if (!info.ssd_note.empty()) std::printf("  note        : %s\n", info.ssd_note.c_str());
+    std::printf("  durability  : journal %s, sync %s\n", info.journal_path.c_str(),
+                info.sync_mode.c_str());
+    if (info.recovered) {
+      std::printf(
+          "  recovered   : %lu scopes, %lu segments, %lu blocks (%s) in %.3f s, read %s; "
+          "%lu records skipped\n",
+          static_cast<unsigned long>(info.recovered_scopes),
+          static_cast<unsigned long>(info.recovered_segments),
+          static_cast<unsigned long>(info.recovered_blocks), Bytes(info.recovered_bytes).c_str(),
+          info.recovery_seconds, Bytes(info.recovery_read_bytes).c_str(),
+          static_cast<unsigned long>(info.skipped_records));
+    } else {
+      std::printf("  recovered   : nothing (a new pool)\n");
+    }
   } else {
     std::printf("SSD medium    : disabled (no --ssd-dir)\n");
   }
@@ -72,6 +112,7 @@ void RegisterInfoCommand(CLI::App& app, int* exit_code) {
                                      "Open a store and print its configuration, media "
                                      "and capacities");
   AddStoreFlags(cmd, &args->options);
+  cmd->add_flag("--json", args->json, "Print one JSON object instead of the text report");
   cmd->callback([args, exit_code] { *exit_code = RunInfo(*args); });
 }
 

@@ -23,7 +23,10 @@ std::pair<std::string, OptionValue> OtherValue(const OptionSpec& spec) {
       return {std::to_string(v), v};
     }
     case OptionKind::kRatio: return {"0.5", 0.5};
-    case OptionKind::kBool: return {"", !std::get<bool>(current)};
+    case OptionKind::kBool:
+      // A flag that is on by default and does not clear (--recover) is turned off with =false.
+      if (std::get<bool>(current) && !spec.flag_clears) return {"=false", false};
+      return {"", !std::get<bool>(current)};
     case OptionKind::kEnum:
       return {std::string(spec.choices.back()), std::string(spec.choices.back())};
     case OptionKind::kPathList: return {"/a", std::vector<std::string>{"/a"}};
@@ -65,7 +68,8 @@ TEST(StoreFlags, EveryFlagSetsItsField) {
     StoreOptions o;
     AddStoreFlags(&app, &o);
     const auto [text, want] = OtherValue(spec);
-    ASSERT_NO_THROW(app.parse(std::string(spec.flag) + (text.empty() ? "" : " " + text), false));
+    const std::string sep = text.empty() || text[0] == '=' ? "" : " ";
+    ASSERT_NO_THROW(app.parse(std::string(spec.flag) + sep + text, false));
     EXPECT_EQ(GetOption(spec, o), want);
   }
   CLI::App app;

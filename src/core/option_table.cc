@@ -152,6 +152,33 @@ constexpr OptionSpec kTable[] = {
      .member = &StoreOptions::verify_checksums,
      .help = "Verify every block's checksum on read (a mismatch is a miss).",
      .flag_clears = true},
+    {.name = "recover",
+     .flag = "--recover",
+     .kind = OptionKind::kBool,
+     .member = &StoreOptions::recover,
+     .help = "Rebuild the store from the SSD pool's journal at open (--recover=false: start "
+             "empty, discarding what the pool held)."},
+    {.name = "wipe",
+     .flag = "--wipe",
+     .kind = OptionKind::kBool,
+     .member = &StoreOptions::wipe,
+     .help = "Discard an SSD pool that cannot be recovered (another format version or geometry) "
+             "instead of refusing to open."},
+    {.name = "sync",
+     .flag = "--sync",
+     .kind = OptionKind::kEnum,
+     .member = &StoreOptions::sync,
+     .help = "When SSD writes become durable against power loss: none (the OS writes back), "
+             "interval (every sync_interval_ms) or every (each segment, before its commit "
+             "record).",
+     .choices = kSyncModeNames},
+    {.name = "sync_interval_ms",
+     .flag = "--sync-interval-ms",
+     .kind = OptionKind::kCount,
+     .member = &StoreOptions::sync_interval_ms,
+     .help = "Period of sync=interval, in milliseconds.",
+     .min = 1,
+     .max = 3600 * 1000},
 };
 
 std::string JoinChoices(std::span<const std::string_view> choices, std::string_view sep) {
@@ -517,6 +544,10 @@ std::string_view RestoreSchedulerName(RestoreScheduler scheduler) {
 }
 Result<RestoreScheduler> ParseRestoreScheduler(std::string_view text) {
   return ParseName<RestoreScheduler>("scheduler", kRestoreSchedulerNames, text);
+}
+std::string_view SyncModeName(SyncMode mode) { return NameOf(mode, kSyncModeNames); }
+Result<SyncMode> ParseSyncMode(std::string_view text) {
+  return ParseName<SyncMode>("sync", kSyncModeNames, text);
 }
 
 }  // namespace flatcake

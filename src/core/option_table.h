@@ -43,13 +43,15 @@ inline constexpr std::array<std::string_view, 3> kDirectIoModeNames = {"auto", "
 inline constexpr std::array<std::string_view, 4> kIoEngineKindNames = {"auto", "uring", "preadv",
                                                                        "posix"};
 inline constexpr std::array<std::string_view, 2> kRestoreSchedulerNames = {"mas", "fcfs"};
+inline constexpr std::array<std::string_view, 3> kSyncModeNames = {"none", "interval", "every"};
 
 // Where a row's value lives in StoreOptions.
 using OptionMember =
     std::variant<uint32_t StoreOptions::*, uint64_t StoreOptions::*, double StoreOptions::*,
                  bool StoreOptions::*, std::vector<std::string> StoreOptions::*,
                  HugePageMode StoreOptions::*, DirectIoMode StoreOptions::*,
-                 IoEngineKind StoreOptions::*, RestoreScheduler StoreOptions::*>;
+                 IoEngineKind StoreOptions::*, RestoreScheduler StoreOptions::*,
+                 SyncMode StoreOptions::*>;
 
 inline constexpr uint64_t kNoOptionMax = UINT64_MAX;  // the field type's maximum
 

@@ -516,6 +516,7 @@ Result<ReplayReport> RunReplay(const std::vector<trace::TraceRequest>& requests,
     StoreOptions so;
     so.dram_bytes = o.dram_bytes;
     so.ssd_dirs = {o.dir};
+    so.recover = false;  // a replay starts from an empty store
     // As many pool files as --flat-file-bytes asks for, resized so they add up to the SSD
     // budget (to 4 KiB per file): both policies get the same capacity.
     const uint64_t files =

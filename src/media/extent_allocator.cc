@@ -54,6 +54,26 @@ Result<uint64_t> ExtentAllocator::Allocate(uint64_t bytes, uint64_t hint) {
                          std::to_string(capacity_ - used_) + " bytes free in all)");
 }
 
+Status ExtentAllocator::AllocateAt(uint64_t offset, uint64_t bytes) {
+  const uint64_t want = AlignUp(bytes, alignment_);
+  if (bytes == 0 || offset % alignment_ != 0 || offset + want > capacity_ ||
+      (boundary_ != 0 && offset / boundary_ != (offset + want - 1) / boundary_)) {
+    return Status::InvalidArgument("extent [" + std::to_string(offset) + ", +" +
+                                   std::to_string(bytes) + ") is misaligned or out of range");
+  }
+  MutexLock lock(mu_);
+  auto it = free_.upper_bound(offset);
+  if (it != free_.begin()) {
+    --it;
+    if (offset + want <= it->first + it->second) {
+      Carve(it, offset, want);
+      return Status::OK();
+    }
+  }
+  return Status::Busy("extent [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
+                      ") overlaps one already in use");
+}
+
 void ExtentAllocator::Free(uint64_t offset, uint64_t bytes) {
   const uint64_t len = AlignUp(bytes, alignment_);
   MutexLock lock(mu_);

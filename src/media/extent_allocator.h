@@ -30,6 +30,10 @@ class ExtentAllocator {
   // Returns the offset of a free range of `bytes` (rounded up to the alignment). NoSpace when no
   // free range is large enough; InvalidArgument for 0 bytes or more than one boundary span.
   Result<uint64_t> Allocate(uint64_t bytes, uint64_t hint = kNoHint);
+  // Takes exactly [offset, offset + bytes (rounded up)) (recovery re-claims the extents a pool's
+  // journal names). InvalidArgument when it is misaligned, out of range or spans a boundary;
+  // Busy when any of it is already taken.
+  Status AllocateAt(uint64_t offset, uint64_t bytes);
   // REQUIRES: (offset, bytes) was returned by Allocate with the same `bytes` and not freed since.
   void Free(uint64_t offset, uint64_t bytes);
 

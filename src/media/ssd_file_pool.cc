@@ -2,13 +2,19 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <string>
+
+#include "media/durable_format.h"
+#include "util/aligned_buffer.h"
 
 namespace flatcake {
 namespace {
@@ -39,6 +45,9 @@ Result<std::unique_ptr<SsdFilePool>> SsdFilePool::Create(const Options& o) {
   }
   std::unique_ptr<SsdFilePool> pool(new SsdFilePool());
   pool->file_bytes_ = o.file_bytes;
+  pool->durable_ = o.durable;
+  pool->data_offset_ = o.durable ? durable::kSuperblockBytes : 0;
+  const uint64_t physical_bytes = o.file_bytes + pool->data_offset_;
 
   // Validate every directory and lock it before creating any file.
   std::vector<uint64_t> files_per_dir(o.dirs.size(), 0);
@@ -68,9 +77,9 @@ Result<std::unique_ptr<SsdFilePool>> SsdFilePool::Create(const Options& o) {
     uint64_t reusable = 0;
     for (uint64_t i = d; i < nfiles; i += o.dirs.size()) {
       reusable +=
-          std::min(ExistingFileBytes(PoolFilePath(dir, static_cast<uint32_t>(i))), o.file_bytes);
+          std::min(ExistingFileBytes(PoolFilePath(dir, static_cast<uint32_t>(i))), physical_bytes);
     }
-    const uint64_t need = files_per_dir[d] * o.file_bytes;
+    const uint64_t need = files_per_dir[d] * physical_bytes;
     const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize + reusable;
     if (avail < need) {
       return Status::NoSpace("SSD directory '" + dir + "' has " + std::to_string(avail) +
@@ -78,6 +87,8 @@ Result<std::unique_ptr<SsdFilePool>> SsdFilePool::Create(const Options& o) {
                              std::to_string(files_per_dir[d]) + " pool files");
     }
   }
+
+  if (o.durable) FC_RETURN_IF_ERROR(pool->CheckSuperblocks(o, nfiles));
 
   auto open_file = o.open_file ? o.open_file : [](const char* path, int flags, mode_t mode) {
     return ::open(path, flags, mode);
@@ -102,21 +113,109 @@ Result<std::unique_ptr<SsdFilePool>> SsdFilePool::Create(const Options& o) {
     if (fd < 0) return Status::FromErrno(errno, "open SSD pool file '" + path + "'");
     pool->fds_.push_back(fd);
     pool->paths_.push_back(path);
-    if (ftruncate(fd, static_cast<off_t>(o.file_bytes)) != 0) {
+    if (ftruncate(fd, static_cast<off_t>(physical_bytes)) != 0) {
       return Status::FromErrno(errno, "size SSD pool file '" + path + "'");
     }
-    int rc = fallocate(fd, 0, 0, static_cast<off_t>(o.file_bytes));
+    int rc = fallocate(fd, 0, 0, static_cast<off_t>(physical_bytes));
     if (rc != 0 && errno != EOPNOTSUPP) {
       return Status::FromErrno(errno, "fallocate SSD pool file '" + path + "'");
     }
   }
   pool->alloc_ = std::make_unique<ExtentAllocator>(nfiles * o.file_bytes, o.file_bytes, kAlignment);
+  if (o.durable && !pool->recovered_) FC_RETURN_IF_ERROR(pool->WriteSuperblocks());
   return pool;
+}
+
+Status SsdFilePool::CheckSuperblocks(const Options& o, uint64_t nfiles) {
+  const std::string wipe_hint =
+      "; to discard that pool and start empty, open with wipe=true (--wipe)";
+  std::vector<std::string> paths;
+  uint64_t present = 0;
+  for (uint64_t i = 0; i < nfiles; ++i) {
+    paths.push_back(PoolFilePath(o.dirs[i % o.dirs.size()], static_cast<uint32_t>(i)));
+    struct stat st {};
+    if (stat(paths.back().c_str(), &st) == 0) present++;
+  }
+  if (present == 0 || o.wipe) return Status::OK();  // a new pool (or one being wiped)
+  uint64_t id = 0;
+  for (uint64_t i = 0; i < nfiles; ++i) {
+    const std::string& path = paths[i];
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      return Status::InvalidArgument("SSD pool file '" + path + "' is missing while " +
+                                     std::to_string(present) + " of the " + std::to_string(nfiles) +
+                                     " files the options name exist" + wipe_hint);
+    }
+    std::vector<uint8_t> buf(durable::kSuperblockBytes);
+    const ssize_t r = pread(fd, buf.data(), buf.size(), 0);
+    close(fd);
+    if (r != static_cast<ssize_t>(buf.size())) buf.assign(buf.size(), 0);
+    auto sb = durable::DecodeSuperblock(buf);
+    if (!sb.ok()) {
+      return Status::InvalidArgument("SSD pool file '" + path +
+                                     "': " + std::string(sb.status().message()) + wipe_hint);
+    }
+    std::string differs;
+    if (sb->version != durable::kFormatVersion) {
+      differs = "format version " + std::to_string(sb->version) + ", this FlatCake reads " +
+                std::to_string(durable::kFormatVersion);
+    } else if (sb->file_bytes != o.file_bytes) {
+      differs = "ssd_file_bytes " + std::to_string(sb->file_bytes) + ", the options ask for " +
+                std::to_string(o.file_bytes);
+    } else if (sb->num_files != nfiles) {
+      differs = std::to_string(sb->num_files) + " pool files (ssd_bytes " +
+                std::to_string(sb->num_files * sb->file_bytes) + "), the options ask for " +
+                std::to_string(nfiles) + " (ssd_bytes " + std::to_string(o.total_bytes) + ")";
+    } else if (sb->file_index != i) {
+      differs = "file index " + std::to_string(sb->file_index) + " where " + std::to_string(i) +
+                " is expected (ssd_dirs listed in another order?)";
+    } else if (i > 0 && sb->store_id != id) {
+      differs = "another store's id (files of two pools mixed)";
+    }
+    if (!differs.empty()) {
+      return Status::InvalidArgument("SSD pool file '" + path + "' holds a pool with " + differs +
+                                     wipe_hint);
+    }
+    id = sb->store_id;
+  }
+  recovered_ = true;
+  store_id_ = id;
+  return Status::OK();
+}
+
+Status SsdFilePool::WriteSuperblocks() {
+  uint64_t id = 0;
+  if (getrandom(&id, sizeof(id), 0) != sizeof(id)) id = static_cast<uint64_t>(time(nullptr));
+  store_id_ = id | 1;  // never 0
+  FC_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::Allocate(durable::kSuperblockBytes));
+  for (uint32_t i = 0; i < fds_.size(); ++i) {
+    durable::Superblock sb;
+    sb.store_id = store_id_;
+    sb.file_index = i;
+    sb.num_files = num_files();
+    sb.file_bytes = file_bytes_;
+    const std::vector<uint8_t> bytes = durable::EncodeSuperblock(sb);
+    std::memcpy(buf.data(), bytes.data(), bytes.size());
+    if (pwrite(fds_[i], buf.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
+      return Status::FromErrno(errno, "write the superblock of '" + paths_[i] + "'");
+    }
+    if (fdatasync(fds_[i]) != 0) return Status::FromErrno(errno, "fdatasync '" + paths_[i] + "'");
+  }
+  return Status::OK();
+}
+
+Status SsdFilePool::SyncData() const {
+  for (size_t i = 0; i < fds_.size(); ++i) {
+    if (fdatasync(fds_[i]) != 0) return Status::FromErrno(errno, "fdatasync '" + paths_[i] + "'");
+  }
+  return Status::OK();
 }
 
 SsdFilePool::~SsdFilePool() {
   for (int fd : fds_) close(fd);
-  for (const std::string& p : paths_) unlink(p.c_str());
+  if (!durable_) {
+    for (const std::string& p : paths_) unlink(p.c_str());
+  }
   for (int fd : lock_fds_) close(fd);  // releases the flock
 }
 

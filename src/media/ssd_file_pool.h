@@ -5,8 +5,11 @@
 // span two files, so many small sessions share a file and a large one spreads over several.
 //
 // Each directory is locked (flock on <dir>/flatcake.lock) so two stores never share pool files.
-// Pool files are scratch space: the index lives in memory, so a new store starts empty and reuses
-// (re-allocates) files left by an earlier run.
+// A durable pool (Options::durable) starts each file with a 4 KiB superblock
+// (media/durable_format.h) and keeps the files at close; at open it reads the superblocks and
+// reports whether they describe this very geometry (recovered()): a pool of another format or
+// geometry is refused, naming what differs, unless `wipe` asks for a fresh pool. A scratch pool
+// (the tiered baseline) has no superblocks and deletes its files at close.
 //
 // Thread safety: Allocate/Free/used/largest_free are internally synchronised; the rest is
 // immutable after Create.
@@ -35,6 +38,9 @@ class SsdFilePool {
     uint64_t total_bytes = 0;
     uint64_t file_bytes = 0;
     DirectIoMode direct_io = DirectIoMode::kAuto;
+    bool durable = false;
+    // Durable pools only: start fresh even when the files hold a pool (of any format).
+    bool wipe = false;
     // How pool files are opened; ::open when empty. Tests substitute one that refuses O_DIRECT
     // the way tmpfs-like filesystems do.
     std::function<int(const char* path, int flags, mode_t mode)> open_file;
@@ -50,6 +56,17 @@ class SsdFilePool {
   uint32_t num_files() const { return static_cast<uint32_t>(fds_.size()); }
   uint64_t file_bytes() const { return file_bytes_; }
   uint64_t capacity() const { return file_bytes_ * fds_.size(); }
+  // Where pool offset `offset` lives: file index and byte offset in that file (past the
+  // superblock of a durable pool).
+  uint32_t FileOf(uint64_t offset) const { return static_cast<uint32_t>(offset / file_bytes_); }
+  uint64_t FileOffset(uint64_t offset) const { return data_offset_ + offset % file_bytes_; }
+  bool durable() const { return durable_; }
+  // Durable pools: whether the files held this pool (same format, store id and geometry), so the
+  // journal is to be replayed; false for a new (or wiped) pool.
+  bool recovered() const { return recovered_; }
+  uint64_t store_id() const { return store_id_; }
+  // Durable pools: flushes every pool file's data to stable storage (fdatasync).
+  Status SyncData() const;
   const std::vector<int>& fds() const { return fds_; }
   const std::vector<std::string>& paths() const { return paths_; }
   bool direct() const { return direct_; }
@@ -62,13 +79,24 @@ class SsdFilePool {
   Result<uint64_t> Allocate(uint64_t bytes, uint64_t hint = ExtentAllocator::kNoHint);
   // REQUIRES: (offset, bytes) was returned by Allocate with the same `bytes` and not freed since.
   void Free(uint64_t offset, uint64_t bytes) { alloc_->Free(offset, bytes); }
+  // Recovery: takes exactly this extent (ExtentAllocator::AllocateAt).
+  Status AllocateAt(uint64_t offset, uint64_t bytes) { return alloc_->AllocateAt(offset, bytes); }
   uint64_t used() const { return alloc_->used(); }
   uint64_t largest_free() const { return alloc_->largest_free(); }
 
  private:
   SsdFilePool() = default;
 
+  // Durable pools: reads the superblocks of existing files; sets recovered_ and store_id_, or
+  // explains why the files cannot be this pool.
+  Status CheckSuperblocks(const Options& o, uint64_t nfiles);
+  Status WriteSuperblocks();
+
   uint64_t file_bytes_ = 0;
+  uint64_t data_offset_ = 0;
+  bool durable_ = false;
+  bool recovered_ = false;
+  uint64_t store_id_ = 0;
   bool direct_ = false;
   std::string note_;
   std::vector<int> fds_;

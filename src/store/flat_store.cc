@@ -36,6 +36,14 @@ FlatStore::FlatStore(const StoreOptions& options, std::unique_ptr<IoEngine> engi
     : options_(options), engine_(std::move(engine)) {}
 
 FlatStore::~FlatStore() {
+  if (syncer_.joinable()) {
+    {
+      MutexLock lock(sync_mu_);
+      stop_syncer_ = true;
+    }
+    sync_cv_.NotifyAll();
+    syncer_.join();
+  }
   StopScheduler();
   // The reader drains its restores through the engine, and the engine references the pool's fds:
   // stop both before the pool closes its files.
@@ -51,6 +59,8 @@ Status FlatStore::Init() {
     po.total_bytes = options_.ssd_bytes;
     po.file_bytes = options_.ssd_file_bytes;
     po.direct_io = options_.direct_io;
+    po.durable = true;
+    po.wipe = options_.wipe || !options_.recover;
     FC_ASSIGN_OR_RETURN(ssd_, SsdFilePool::Create(po));
     info_.ssd_direct_io = ssd_->direct();
     info_.ssd_note = ssd_->note();
@@ -98,6 +108,9 @@ Status FlatStore::Init() {
     MutexLock lock(mu_);
     for (uint32_t i = options_.max_scopes; i-- > 0;) free_scopes_.push_back(i);
   }
+  if (ssd_) FC_RETURN_IF_ERROR(OpenJournal());
+  if (Durable() && options_.sync == SyncMode::kInterval)
+    syncer_ = std::thread([this] { SyncLoop(); });
   return StartScheduler();
 }
 
@@ -191,15 +204,25 @@ Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout
 
   // 3. Write each segment, then publish its entries.
   size_t published = 0;
+  std::vector<Key> seg_keys;
+  std::vector<uint64_t> seg_sums;
   for (const PendingSegment& ps : segs) {
     st = WriteSegment(scope, ps, layout, src, todo);
     if (!st.ok()) break;
     const SegmentLayout seg_layout(layout, ps.seg.num_blocks);
-    {
+    seg_keys.clear();
+    seg_sums.clear();
+    for (uint32_t b = 0; b < ps.seg.num_blocks; ++b) {
+      seg_keys.push_back(keys[todo[ps.first_block + b]]);
+      seg_sums.push_back(BlockChecksum(src, layout, todo[ps.first_block + b]));
+    }
+    if (Durable() && medium == MediaType::kSsd) {
+      // The commit record, after the data and before publication: what a restart finds.
+      st = CommitSegment(scope, ps, seg_keys, seg_sums);
+      if (!st.ok()) break;
+    } else {
       MutexLock lock(mu_);
-      for (uint32_t b = 0; b < ps.seg.num_blocks; ++b) {
-        scope.keys.push_back(keys[todo[ps.first_block + b]]);
-      }
+      scope.keys.insert(scope.keys.end(), seg_keys.begin(), seg_keys.end());
       scope.blocks += ps.seg.num_blocks;
     }
     for (uint32_t b = 0; b < ps.seg.num_blocks; ++b) {
@@ -207,7 +230,7 @@ Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout
       IndexEntry e;
       e.gva = MakeGva(medium, ps.seg.base + seg_layout.BlockOffset(b));
       e.layer_stride = seg_layout.LayerStride();
-      e.checksum = BlockChecksum(src, layout, todo[k]);
+      e.checksum = seg_sums[b];
       e.scope_id = scope_id;
       e.scope_gen = gen;
       e.segment = ps.segment_no;
@@ -358,6 +381,9 @@ Result<uint32_t> FlatStore::NewScopeLocked(MediaType medium, const KvLayout& lay
   s.session = session;
   s.segments.clear();
   s.keys.clear();
+  s.checksums.clear();
+  s.uid = next_scope_uid_++;
+  s.journal_bytes = 0;
   s.used_bytes = 0;
   s.blocks = 0;
   s.Touch(NowNs());
@@ -433,9 +459,8 @@ Status FlatStore::WriteSegment(const ScopeSlot& scope, const PendingSegment& ps,
     mc.written.fetch_add(seg.bytes, std::memory_order_relaxed);
     return Status::OK();
   }
-  const uint64_t fb = ssd_->file_bytes();
-  const uint32_t file = static_cast<uint32_t>(seg.base / fb);
-  const uint64_t file_off = seg.base % fb;
+  const uint32_t file = ssd_->FileOf(seg.base);
+  const uint64_t file_off = ssd_->FileOffset(seg.base);
   // Two halves of the staging budget: one is gathered while the other is being written.
   const uint64_t chunk = std::min(write_staging_->buffer_bytes(), seg.bytes);
   const StagingPool::Lease bufs[2] = {write_staging_->Acquire(), write_staging_->Acquire()};
@@ -493,6 +518,8 @@ void FlatStore::ForgetSessionLocked(std::unordered_map<std::string, Session>::it
 
 void FlatStore::ReleaseScopeLocked(uint32_t id, uint32_t retired_gen) {
   ScopeSlot& s = scopes_[id];
+  // The free record goes first: once the extents are reused, the old scope must not come back.
+  if (Durable() && s.medium == MediaType::kSsd) JournalFreeLocked(s);
   for (const Segment& seg : s.segments) FreeExtentLocked(s.medium, seg);
   for (const Key& k : s.keys) index_->Erase(k, id, retired_gen);
   // Forget the session once none of its scopes is left, so session metadata does not outlive
@@ -507,6 +534,7 @@ void FlatStore::ReleaseScopeLocked(uint32_t id, uint32_t retired_gen) {
   s.session.clear();
   s.segments.clear();
   s.keys.clear();
+  s.checksums.clear();
   s.used_bytes = 0;
   s.blocks = 0;
   free_scopes_.push_back(id);
@@ -535,6 +563,7 @@ uint64_t FlatStore::ReclaimLocked(MediaType medium, uint64_t target_used, uint32
     mc.reclaimed.fetch_add(bytes, std::memory_order_relaxed);
     mc.scopes_reclaimed.fetch_add(1, std::memory_order_relaxed);
   }
+  if (freed > 0 && medium == MediaType::kSsd && Durable()) MaybeCompactJournalLocked();
   return freed;
 }
 
@@ -548,9 +577,19 @@ uint64_t FlatStore::Reclaim(MediaType medium, double target_fraction) {
 void FlatStore::Clear() {
   ReaderLock index_lock(index_mu_);
   MutexLock lock(mu_);
+  if (Durable()) {
+    // One record frees every segment committed before it. Scopes a reader still pins stay until
+    // they are reclaimed, but are gone after a restart either way.
+    Status st = journal_->Append([](uint64_t seq) { return durable::EncodeClear(seq); });
+    if (st.ok() && options_.sync != SyncMode::kNone) st = journal_->Sync();
+    if (!st.ok()) journal_errors_.fetch_add(1, std::memory_order_relaxed);
+    clearing_ = st.ok();
+  }
   for (MediaType m : {MediaType::kDram, MediaType::kSsd}) ReclaimLocked(m, 0, UINT32_MAX);
+  clearing_ = false;
   sessions_.clear();
   tails_.clear();
+  if (Durable()) MaybeCompactJournalLocked();
 }
 
 StoreStats FlatStore::GetStats() const {
@@ -593,6 +632,13 @@ StoreStats FlatStore::GetStats() const {
   st.index_size = index_->size();
   st.index_tombstones = index_->tombstones();
   st.index_compactions = index_compactions_.load();
+  st.journal_bytes = journal_ ? journal_->bytes() : 0;
+  st.journal_rewrites = journal_rewrites_.load();
+  st.journal_errors = journal_errors_.load();
+  st.syncs = syncs_.load();
+  st.recovered_blocks = info_.recovered_blocks;
+  st.recovered_segments = info_.recovered_segments;
+  st.skipped_records = info_.skipped_records;
   return st;
 }
 

@@ -26,6 +26,8 @@
 #include "io/io_engine.h"
 #include "io/restore_reader.h"
 #include "media/dram_arena.h"
+#include "media/durable_format.h"
+#include "media/journal.h"
 #include "media/ssd_file_pool.h"
 #include "sched/mas_scheduler.h"
 #include "store/placement.h"
@@ -133,6 +135,24 @@ class FlatStore final : public Store {
   uint64_t Capacity(MediaType m) const;
   uint64_t Used(MediaType m) const;
 
+  // --- durability (flat_store_durable.cc; docs/format.md) ---
+  // Opens the SSD pool's journal; replays it when the pool was recovered, else starts it anew.
+  Status OpenJournal() EXCLUDES(mu_);
+  // Rebuilds scopes, sessions, extents and the index from the journal's records.
+  Status Recover(const durable::ScanResult& scan) EXCLUDES(mu_);
+  // The commit record of a written SSD segment, appended before its blocks are published.
+  // sync=every: the segment's data is flushed first and the record after.
+  Status CommitSegment(ScopeSlot& scope, const PendingSegment& ps, std::span<const Key> keys,
+                       std::span<const uint64_t> checksums) EXCLUDES(mu_);
+  // Before a durable SSD scope's extents are freed: its free record (nothing while Clear runs,
+  // whose one record covers every scope).
+  void JournalFreeLocked(const ScopeSlot& scope) REQUIRES(mu_);
+  // Rewrites the journal from the live scopes once dead records dominate it.
+  void MaybeCompactJournalLocked() REQUIRES(mu_);
+  Status RewriteJournalLocked() REQUIRES(mu_);
+  void SyncLoop();
+  bool Durable() const { return journal_ != nullptr; }
+
   // --- read path (flat_store_read.cc) ---
   // Looks up every key of a restore and pins the scopes of its hits into `job` (hits, dram_hits,
   // ssd_hits). InvalidArgument, with nothing pinned, when a hit's layout differs from the job's.
@@ -184,6 +204,16 @@ class FlatStore final : public Store {
   uint64_t anon_sessions_ GUARDED_BY(mu_) = 0;
   // The session PlaceBatch is working on.
   const std::string* placing_session_ GUARDED_BY(mu_) = nullptr;
+
+  std::unique_ptr<Journal> journal_;  // durable SSD pools only
+  uint64_t next_scope_uid_ GUARDED_BY(mu_) = 1;
+  uint64_t live_journal_bytes_ GUARDED_BY(mu_) = 0;  // records of live scopes (and the header)
+  bool clearing_ GUARDED_BY(mu_) = false;
+  std::thread syncer_;
+  Mutex sync_mu_;
+  CondVar sync_cv_;
+  bool stop_syncer_ GUARDED_BY(sync_mu_) = false;
+  std::atomic<uint64_t> journal_rewrites_{0}, journal_errors_{0}, syncs_{0};
 
   Executor executor_{this};
   std::unique_ptr<MasScheduler> sched_;

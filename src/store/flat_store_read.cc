@@ -109,7 +109,6 @@ void FlatStore::BuildSsdSlices(const RestoreJob& job, uint32_t first, uint32_t l
                                std::vector<SliceRead>* out) const {
   const KvLayout& layout = job.layout;
   const uint32_t planes = layout.num_planes;
-  const uint64_t fb = ssd_->file_bytes();
   out->reserve(out->size() + job.ssd_hits.size() * (last - first) * planes);
   for (uint32_t j = 0; j < job.ssd_hits.size(); ++j) {
     const RestoreHit& h = job.hits[job.ssd_hits[j]];
@@ -118,7 +117,7 @@ void FlatStore::BuildSsdSlices(const RestoreJob& job, uint32_t first, uint32_t l
       for (uint32_t p = 0; p < planes; ++p) {
         const uint64_t off = h.offset + seg.RunOffset(l, p);  // h.offset: the (0, 0) slice
         // tag: which SSD block (index into ssd_hits) and plane, for the slice hash.
-        out->push_back(SliceRead{static_cast<uint32_t>(off / fb), off % fb, layout.slice_bytes,
+        out->push_back(SliceRead{ssd_->FileOf(off), ssd_->FileOffset(off), layout.slice_bytes,
                                  SliceAddress(job.dst, layout, h.key, l, p), l, j * planes + p});
       }
     }

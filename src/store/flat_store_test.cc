@@ -492,9 +492,10 @@ TEST(FlatStoreReads, LargeRestoreReportsEveryLayerOnceAndInOrder) {
         const SegmentLayout seg(layout, 32);
         for (const uint64_t off : {seg.SliceOffset(0, 0, 5), seg.SliceOffset(5, 1, 9)}) {
           alignas(4096) static uint8_t page[4096];
-          ASSERT_EQ(pread(fd, page, 4096, static_cast<off_t>(off)), 4096);
+          const auto at = static_cast<off_t>(store.ssd_pool()->FileOffset(off));
+          ASSERT_EQ(pread(fd, page, 4096, at), 4096);
           page[77] ^= 0xFF;
-          ASSERT_EQ(pwrite(fd, page, 4096, static_cast<off_t>(off)), 4096);
+          ASSERT_EQ(pwrite(fd, page, 4096, at), 4096);
         }
       }
       HostBlocks dst(layout, keys.size());
@@ -542,8 +543,8 @@ TEST(FlatStoreErrors, FailedFirstLayerOfASplitRestoreFailsTheGet) {
   ASSERT_EQ(store.Exists(keys), keys.size());
   FaultSpec spec;
   spec.file = 0;
-  spec.range_begin = 0;
-  spec.range_end = 4096;  // block 0's layer-0 slice
+  spec.range_begin = store.ssd_pool()->FileOffset(0);  // block 0's layer-0 slice
+  spec.range_end = spec.range_begin + 4096;
   inject->SetReadFault(spec);
   std::vector<uint32_t> layers;
   RestoreOptions go;
@@ -573,7 +574,8 @@ TEST(FlatStoreErrors, CorruptedBlockIsAMissAndCounted) {
   ASSERT_TRUE(store.Put(keys, kLayout, src.buffers(), ssd).ok());
   // Flip one byte of block 2's layer-1 slice on disk: segment run (l=1,p=0) starts at 2 runs.
   const int fd = store.ssd_pool()->fds()[0];
-  const off_t off = static_cast<off_t>(SegmentLayout(kLayout, 4).SliceOffset(1, 0, 2) + 100);
+  const off_t off = static_cast<off_t>(
+      store.ssd_pool()->FileOffset(SegmentLayout(kLayout, 4).SliceOffset(1, 0, 2) + 100));
   alignas(4096) static uint8_t page[4096];
   ASSERT_EQ(pread(fd, page, 4096, off / 4096 * 4096), 4096);
   page[off % 4096] ^= 0xFF;

@@ -40,6 +40,10 @@ struct Segment {
   uint32_t num_blocks = 0;
   uint64_t run_stride = 0;
   uint64_t bytes = 0;  // layers * planes * run_stride: SegmentLayout::Bytes()
+  // Durable SSD scopes: where this segment's keys start in the scope's `keys` once its commit
+  // record is written (concurrent batches may commit out of order); kUncommitted before.
+  static constexpr uint32_t kUncommitted = UINT32_MAX;
+  uint32_t first_key = kUncommitted;
 };
 
 class ScopeSlot {
@@ -88,6 +92,11 @@ class ScopeSlot {
   std::string session;
   std::vector<Segment> segments;  // also the extents the scope owns on its medium
   std::vector<Key> keys;          // published keys, erased from the index at reclamation
+  // Durable SSD scopes: each published key's block checksum (parallel to `keys`, so the journal
+  // can be rewritten from memory), the scope's id in the journal and its records' bytes.
+  std::vector<uint64_t> checksums;
+  uint64_t uid = 0;
+  uint64_t journal_bytes = 0;
   uint64_t used_bytes = 0;
   uint64_t blocks = 0;
 
