@@ -319,3 +319,20 @@ def test_layout_mismatch_between_workers_reports_misses(ssd_dir):
 
 def test_flatcake_error_is_importable():
     assert issubclass(flatcake.Error, RuntimeError)
+
+
+def test_a_restarted_worker_finds_its_pages(ssd_dir):
+    """An engine restart: a new backend with the same config recovers the store's SSD pages."""
+    pool = small_pool("page_first_direct", False, seed=60)
+    keys = page_hashes(5, seed=61)
+    b = backend(ssd_dir, pool, False, extra={"force_medium": "ssd"})
+    assert all(b.batch_set_v1(keys, pool.page_indices(range(5))))
+    expected = [pool.page_bytes(p) for p in range(5)]
+    b.close()
+    pool.kv_buffer.zero_()
+    b = backend(ssd_dir, pool, False, extra={"force_medium": "ssd"})
+    assert b.batch_exists(keys) == 5
+    assert all(b.batch_get_v1(keys, pool.page_indices(range(5))))
+    assert [pool.page_bytes(p) for p in range(5)] == expected
+    assert b.store_stats()["recovered_blocks"] == 5
+    b.close()

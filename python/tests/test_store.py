@@ -186,3 +186,23 @@ def test_a_directory_serves_one_store_at_a_time(ssd_dir):
         with pytest.raises(flatcake.Error, match="lock|use"):
             small_store(ssd_dir, io_workers=1)
     small_store(ssd_dir).close()  # free again once the first store closed
+
+
+def test_a_reopened_store_recovers_its_ssd_blocks(tmp_path):
+    """flatcake.open recovers the SSD pool by default; recover=False starts empty."""
+    import torch
+    cfg = {"ssd_dirs": [str(tmp_path)], "ssd_bytes": "64MiB", "ssd_file_bytes": "16MiB",
+           "dram_bytes": "16MiB"}
+    layout = flatcake.KvLayout(4, 2, 8192)
+    data = torch.arange(6 * layout.block_bytes, dtype=torch.int64).to(torch.uint8)
+    keys = [f"block-{i}" for i in range(6)]
+    with flatcake.open(cfg) as s:
+        s.put(keys, layout, data, force_medium="ssd")
+    with flatcake.open(cfg) as s:
+        info = s.info()
+        assert info["recovered"] and info["recovered_blocks"] == 6
+        out = torch.zeros_like(data)
+        assert all(s.get(keys, layout, out).found)
+        assert torch.equal(out, data)
+    with flatcake.open(dict(cfg, recover=False)) as s:
+        assert s.exists(keys) == 0

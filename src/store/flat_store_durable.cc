@@ -29,7 +29,7 @@ using durable::RecordType;
 
 // A journal at most this many times the live records (and this large) is rewritten.
 constexpr uint64_t kRewriteFactor = 4;
-constexpr uint64_t kRewriteMinBytes = 64 * kMiB;
+constexpr uint64_t kRewriteMinBytes = 1 * kMiB;
 
 // "anon-<n>" -> n, else 0.
 uint64_t AnonNumber(const std::string& name) {

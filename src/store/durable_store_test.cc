@@ -1,0 +1,300 @@
+// The durable SSD pool across store lifetimes: what a reopened store serves, what it refuses, and
+// what it skips (docs/format.md). The crash tests (store_crash_test.cc) kill a writer at random;
+// these check each rule once, deterministically.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "media/durable_format.h"
+#include "store/flat_store.h"
+#include "util/block_content.h"
+#include "util/temp_dir.h"
+
+namespace flatcake {
+namespace {
+
+constexpr KvLayout kLayout{4, 2, 8 * 1024};  // 64 KiB blocks
+
+StoreOptions Options(const std::string& dir) {
+  StoreOptions o;
+  o.dram_bytes = 8 * kMiB;
+  o.ssd_dirs = {dir};
+  o.ssd_bytes = 32 * kMiB;
+  o.ssd_file_bytes = 4 * kMiB;
+  o.max_scopes = 256;
+  o.io_engine = IoEngineKind::kPosix;
+  return o;
+}
+
+std::unique_ptr<FlatStore> Open(const StoreOptions& o) {
+  auto r = FlatStore::OpenWithEngine(o, nullptr);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? std::move(*r) : nullptr;
+}
+
+void Put(FlatStore& s, const std::vector<Key>& keys, MediaType m, const std::string& session = "") {
+  HostBlocks src(kLayout, keys.size());
+  src.Fill(keys);
+  WriteHints h;
+  h.force_medium = m;
+  h.session = session;
+  auto r = s.Put(keys, kLayout, src.buffers(), h);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->medium, m);
+}
+
+// Per key: served byte-exact (1), missing (0); a served block with wrong bytes fails the test.
+std::vector<uint8_t> Served(FlatStore& s, const std::vector<Key>& keys) {
+  HostBlocks dst(kLayout, keys.size());
+  auto r = s.Get(keys, kLayout, dst.buffers());
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return {};
+  std::vector<uint8_t> want(kLayout.block_bytes());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!r->found[i]) continue;
+    FillBlock(keys[i], want.data(), want.size());
+    EXPECT_EQ(0, std::memcmp(want.data(), dst.block(i), want.size())) << "wrong bytes, block " << i;
+  }
+  return r->found;
+}
+
+std::vector<uint8_t> All(size_t n, uint8_t v) { return std::vector<uint8_t>(n, v); }
+
+TEST(DurableStore, ReopenedStoreServesWhatWasPublishedOnSsdOnly) {
+  TempDir dir;
+  const auto ssd = MakeKeys(1, 0, 40), dram = MakeKeys(2, 0, 8);
+  {
+    auto s = Open(Options(dir.path()));
+    Put(*s, {ssd.begin(), ssd.begin() + 20}, MediaType::kSsd, "chat-1");
+    Put(*s, {ssd.begin() + 20, ssd.end()}, MediaType::kSsd, "chat-2");
+    Put(*s, dram, MediaType::kDram);
+    EXPECT_FALSE(s->GetInfo().recovered);
+  }
+  auto s = Open(Options(dir.path()));
+  const StoreInfo info = s->GetInfo();
+  EXPECT_TRUE(info.recovered);
+  EXPECT_EQ(info.recovered_scopes, 2u);
+  EXPECT_EQ(info.recovered_blocks, ssd.size());
+  EXPECT_EQ(info.recovered_bytes, ssd.size() * kLayout.block_bytes());
+  EXPECT_EQ(info.skipped_records, 0u);
+  // The superblocks (8 files) and the journal: a fraction of the payload.
+  EXPECT_LT(info.recovery_read_bytes,
+            8 * durable::kSuperblockBytes + ssd.size() * kLayout.block_bytes() / 100);
+  EXPECT_EQ(Served(*s, ssd), All(ssd.size(), 1));
+  EXPECT_EQ(Served(*s, dram), All(dram.size(), 0));  // DRAM does not outlive the process
+  // The pool keeps working: the session continues in its recovered scope, new sessions beside.
+  const auto more = MakeKeys(1, 100, 10);
+  Put(*s, more, MediaType::kSsd, "chat-1");
+  EXPECT_EQ(s->GetStats().ssd.scopes_live, 2u);
+  EXPECT_EQ(Served(*s, more), All(more.size(), 1));
+}
+
+TEST(DurableStore, ReclaimedAndClearedBlocksNeverComeBack) {
+  TempDir dir;
+  const auto a = MakeKeys(3, 0, 16), b = MakeKeys(4, 0, 16), c = MakeKeys(5, 0, 16);
+  {
+    auto s = Open(Options(dir.path()));
+    Put(*s, a, MediaType::kSsd, "a");
+    Put(*s, b, MediaType::kSsd, "b");
+    EXPECT_GT(s->Reclaim(MediaType::kSsd, 0.0), 0u);  // both scopes gone
+    Put(*s, c, MediaType::kSsd, "c");                 // reuses their extents
+  }
+  {
+    auto s = Open(Options(dir.path()));
+    EXPECT_EQ(Served(*s, a), All(a.size(), 0));
+    EXPECT_EQ(Served(*s, b), All(b.size(), 0));
+    EXPECT_EQ(Served(*s, c), All(c.size(), 1));
+    s->Clear();
+    Put(*s, a, MediaType::kSsd, "a2");
+  }
+  auto s = Open(Options(dir.path()));
+  EXPECT_EQ(Served(*s, c), All(c.size(), 0));
+  EXPECT_EQ(Served(*s, a), All(a.size(), 1));
+  EXPECT_EQ(s->GetInfo().recovered_scopes, 1u);
+}
+
+TEST(DurableStore, TornJournalTailIsSkippedAndCounted) {
+  TempDir dir;
+  const auto a = MakeKeys(6, 0, 8), b = MakeKeys(7, 0, 8);
+  std::string journal;
+  uint64_t before_b = 0;
+  {
+    auto s = Open(Options(dir.path()));
+    Put(*s, a, MediaType::kSsd, "a");
+    before_b = s->GetStats().journal_bytes;
+    Put(*s, b, MediaType::kSsd, "b");
+    journal = s->GetInfo().journal_path;
+  }
+  // Cut b's commit record in half: b's segment must not be visible, a's must be.
+  struct stat st {};
+  ASSERT_EQ(stat(journal.c_str(), &st), 0);
+  const uint64_t full = static_cast<uint64_t>(st.st_size);
+  ASSERT_GT(full, before_b);
+  ASSERT_EQ(truncate(journal.c_str(), static_cast<off_t>(before_b + (full - before_b) / 2)), 0);
+  {
+    auto s = Open(Options(dir.path()));
+    EXPECT_EQ(s->GetInfo().skipped_records, 1u);
+    EXPECT_EQ(Served(*s, a), All(a.size(), 1));
+    EXPECT_EQ(Served(*s, b), All(b.size(), 0));
+    Put(*s, b, MediaType::kSsd, "b");  // b's extent was free again
+    EXPECT_EQ(Served(*s, b), All(b.size(), 1));
+  }
+  auto s = Open(Options(dir.path()));  // the torn record was rewritten away at the last open
+  EXPECT_EQ(s->GetInfo().skipped_records, 0u);
+  EXPECT_EQ(Served(*s, b), All(b.size(), 1));
+}
+
+TEST(DurableStore, DamagedRecordInTheMiddleIsSkippedAndTheRestRecovered) {
+  TempDir dir;
+  const auto a = MakeKeys(8, 0, 8), b = MakeKeys(9, 0, 8), c = MakeKeys(10, 0, 8);
+  std::string journal;
+  uint64_t at_b = 0;
+  {
+    auto s = Open(Options(dir.path()));
+    Put(*s, a, MediaType::kSsd, "a");
+    at_b = s->GetStats().journal_bytes;
+    Put(*s, b, MediaType::kSsd, "b");
+    Put(*s, c, MediaType::kSsd, "c");
+    journal = s->GetInfo().journal_path;
+  }
+  const int fd = open(journal.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const uint8_t junk[16] = {0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  ASSERT_EQ(pwrite(fd, junk, sizeof(junk), static_cast<off_t>(at_b + 40)), 16);
+  close(fd);
+  auto s = Open(Options(dir.path()));
+  EXPECT_EQ(s->GetInfo().skipped_records, 1u);
+  EXPECT_EQ(Served(*s, a), All(a.size(), 1));
+  EXPECT_EQ(Served(*s, b), All(b.size(), 0));
+  EXPECT_EQ(Served(*s, c), All(c.size(), 1));
+}
+
+TEST(DurableStore, TornBlockDataIsAMissNeverWrongBytes) {
+  TempDir dir;
+  const auto a = MakeKeys(11, 0, 4);
+  {
+    auto s = Open(Options(dir.path()));
+    Put(*s, a, MediaType::kSsd, "a");
+    // Overwrite the segment's first data page (block 0's layer-0 slices) behind the store.
+    const int fd = s->ssd_pool()->fds()[0];
+    alignas(4096) static uint8_t page[4096];
+    std::memset(page, 0x5a, sizeof(page));
+    ASSERT_EQ(pwrite(fd, page, 4096, static_cast<off_t>(s->ssd_pool()->FileOffset(0))), 4096);
+  }
+  auto s = Open(Options(dir.path()));
+  EXPECT_EQ(Served(*s, a), (std::vector<uint8_t>{0, 1, 1, 1}));
+  EXPECT_EQ(s->GetStats().checksum_mismatches, 1u);
+}
+
+TEST(DurableStore, OtherGeometryIsRefusedNamingItAndWipeStartsEmpty) {
+  TempDir dir;
+  const auto a = MakeKeys(12, 0, 4);
+  {
+    auto s = Open(Options(dir.path()));
+    Put(*s, a, MediaType::kSsd);
+  }
+  StoreOptions o = Options(dir.path());
+  o.ssd_file_bytes = 8 * kMiB;
+  auto r = FlatStore::OpenWithEngine(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("ssd_file_bytes 4194304"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_NE(r.status().message().find("wipe"), std::string::npos);
+  o = Options(dir.path());
+  o.ssd_bytes = 16 * kMiB;
+  r = FlatStore::OpenWithEngine(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("8 pool files"), std::string::npos) << r.status().ToString();
+  {
+    auto s = Open(Options(dir.path()));  // the original geometry still recovers
+    EXPECT_EQ(Served(*s, a), All(a.size(), 1));
+  }
+  o.wipe = true;
+  {
+    auto s = Open(o);
+    EXPECT_FALSE(s->GetInfo().recovered);
+    EXPECT_EQ(Served(*s, a), All(a.size(), 0));
+  }
+  o = Options(dir.path());
+  o.ssd_bytes = 16 * kMiB;
+  auto s = Open(o);  // the wiped pool has the new geometry now
+  EXPECT_TRUE(s->GetInfo().recovered);
+}
+
+TEST(DurableStore, RecoverFalseStartsEmpty) {
+  TempDir dir;
+  const auto a = MakeKeys(13, 0, 4);
+  {
+    auto s = Open(Options(dir.path()));
+    Put(*s, a, MediaType::kSsd);
+  }
+  StoreOptions o = Options(dir.path());
+  o.recover = false;
+  {
+    auto s = Open(o);
+    EXPECT_EQ(Served(*s, a), All(a.size(), 0));
+  }
+  auto s = Open(Options(dir.path()));
+  EXPECT_EQ(Served(*s, a), All(a.size(), 0));  // and the old contents are gone for good
+}
+
+TEST(DurableStore, JournalIsRewrittenWhenDeadRecordsDominateIt) {
+  // One-block puts of 4 KiB blocks, most reclaimed soon after: the journal would grow by a
+  // commit and a free record per put; it is rewritten instead, and what is live survives.
+  TempDir dir;
+  const KvLayout small{1, 1, 4096};
+  StoreOptions o = Options(dir.path());
+  const auto last = MakeKeys(201, 0, 1);
+  {
+    auto s = Open(o);
+    HostBlocks src(small, 1);
+    WriteHints h;
+    h.force_medium = MediaType::kSsd;
+    for (uint64_t i = 0; i < 12000; ++i) {
+      const auto key = MakeKeys(200, i, 1);
+      src.Fill(key);
+      ASSERT_TRUE(s->Put(key, small, src.buffers(), h).ok());
+      if (i % 100 == 99) s->Reclaim(MediaType::kSsd, 0.0);
+    }
+    src.Fill(last);
+    ASSERT_TRUE(s->Put(last, small, src.buffers(), h).ok());
+    const StoreStats st = s->GetStats();
+    EXPECT_GE(st.journal_rewrites, 1u);
+    EXPECT_LT(st.journal_bytes, 6 * kMiB);  // 12000 commits + frees would be about 2.3 MiB more
+    EXPECT_EQ(st.journal_errors, 0u);
+  }
+  auto s = Open(o);
+  EXPECT_EQ(s->GetInfo().skipped_records, 0u);
+  EXPECT_EQ(s->GetInfo().recovered_blocks, 1u);
+  HostBlocks dst(small, 1);
+  auto g = s->Get(last, small, dst.buffers());
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->hits, 1u);
+}
+
+TEST(DurableStore, SyncEveryAndSyncNoneRoundTrip) {
+  for (SyncMode mode : {SyncMode::kEvery, SyncMode::kNone, SyncMode::kInterval}) {
+    TempDir dir;
+    StoreOptions o = Options(dir.path());
+    o.sync = mode;
+    o.sync_interval_ms = 5;
+    const auto a = MakeKeys(14, 0, 6);
+    {
+      auto s = Open(o);
+      Put(*s, a, MediaType::kSsd);
+      if (mode == SyncMode::kEvery) EXPECT_GE(s->GetStats().syncs, 1u);
+    }
+    auto s = Open(o);
+    EXPECT_EQ(Served(*s, a), All(a.size(), 1)) << SyncModeName(mode);
+  }
+}
+
+}  // namespace
+}  // namespace flatcake
