@@ -52,6 +52,9 @@ struct StoreOptions {
 
   // --- DRAM medium ---
   uint64_t dram_bytes = 1 * kGiB;  // arena capacity; 0 disables the DRAM medium
+  // A file (in /dev/shm or hugetlbfs) backing the arena, so DRAM blocks outlive the process;
+  // empty: anonymous memory, lost at exit.
+  std::string dram_path;
   HugePageMode huge_pages = HugePageMode::kAuto;
 
   // --- SSD medium ---

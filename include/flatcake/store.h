@@ -173,6 +173,8 @@ struct StoreInfo {
   std::string ssd_note;  // e.g. "O_DIRECT refused by tmpfs; using buffered I/O"
   uint32_t ssd_files = 0;
   std::vector<std::string> ssd_dirs;
+  std::string dram_backing;  // "anonymous", or "file <dram_path>" (outlives the process)
+  std::string dram_journal_path;
   // --- durability (docs/format.md) ---
   bool ssd_durable = false;  // the SSD pool keeps a journal and survives restarts
   std::string journal_path;  // the pool's journal, when durable

@@ -109,6 +109,7 @@ OptionValue ValueFrom(const OptionSpec& spec, const pyb::handle& value) {
     case OptionKind::kBool: return BoolFrom(value, spec.name);
     case OptionKind::kEnum: return StringFrom(value, spec.name);
     case OptionKind::kPathList: return DirsFrom(value, spec.name);
+    case OptionKind::kPath: return StringFrom(value, spec.name);
   }
   throw pyb::type_error("option '" + std::string(spec.name) + "' has an unknown kind");
 }
@@ -257,6 +258,7 @@ pyb::dict InfoToDict(const StoreInfo& info) {
   d["ssd_note"] = info.ssd_note;
   d["ssd_files"] = info.ssd_files;
   d["ssd_dirs"] = pyb::cast(info.ssd_dirs);
+  d["dram_backing"] = info.dram_backing;
   d["ssd_durable"] = info.ssd_durable;
   d["journal_path"] = info.journal_path;
   d["sync"] = info.sync_mode;

@@ -94,6 +94,8 @@ def good_value(row):
         return row["default"] != "true"
     if kind == "enum":
         return row["choices"][-1]
+    if kind == "path":
+        return "/dev/shm/flatcake-arena"
     return ["/a", "/b"]
 
 
@@ -113,7 +115,8 @@ def test_each_option_takes_its_kind_and_range(name):
 
     kind = row["kind"]
     wrong_type = {"size": [1.5, [1]], "count": ["two", 1.5, True], "ratio": ["half", True],
-                  "bool": ["yes", 2], "enum": [1, None], "path_list": [3]}[kind]
+                  "bool": ["yes", 2], "enum": [1, None], "path_list": [3],
+                  "path": [3, ["/a"]]}[kind]
     for bad in wrong_type:
         with pytest.raises((TypeError, ValueError), match=name):
             flatcake.normalize_config({**base, name: bad})

@@ -22,7 +22,7 @@ void PrintJson(const StoreInfo& info, const StoreStats& st) {
       "\"recovered\": %s, \"recovered_scopes\": %lu, \"recovered_segments\": %lu, "
       "\"recovered_blocks\": %lu, \"recovered_bytes\": %lu, \"skipped_records\": %lu, "
       "\"recovery_read_bytes\": %lu, \"recovery_s\": %.6f, \"journal_bytes\": %lu, "
-      "\"io_engine\": \"%s\", \"dram_page_mode\": \"%s\"}\n",
+      "\"io_engine\": \"%s\", \"dram_page_mode\": \"%s\", \"dram_backing\": \"%s\"}\n",
       static_cast<unsigned long>(st.dram.capacity_bytes),
       static_cast<unsigned long>(st.ssd.capacity_bytes), info.ssd_files,
       info.ssd_durable ? "true" : "false", info.journal_path.c_str(), info.sync_mode.c_str(),
@@ -33,7 +33,7 @@ void PrintJson(const StoreInfo& info, const StoreStats& st) {
       static_cast<unsigned long>(info.skipped_records),
       static_cast<unsigned long>(info.recovery_read_bytes), info.recovery_seconds,
       static_cast<unsigned long>(st.journal_bytes), info.io_engine.c_str(),
-      info.dram_page_mode.c_str());
+      info.dram_page_mode.c_str(), info.dram_backing.c_str());
 }
 
 std::string Bytes(uint64_t b) {
@@ -61,9 +61,9 @@ int RunInfo(InfoArgs& a) {
     return 0;
   }
   std::printf("FlatCake store, node %u\n", o.node_id);
-  std::printf("DRAM medium   : %s, pages: %s\n",
+  std::printf("DRAM medium   : %s, pages: %s, backing: %s\n",
               st.dram.capacity_bytes ? Bytes(st.dram.capacity_bytes).c_str() : "disabled",
-              info.dram_page_mode.c_str());
+              info.dram_page_mode.c_str(), info.dram_backing.c_str());
   if (st.ssd.capacity_bytes) {
     std::printf("SSD medium    : %s in %u files of %s, %s\n", Bytes(st.ssd.capacity_bytes).c_str(),
                 info.ssd_files, Bytes(o.ssd_file_bytes).c_str(),

@@ -14,6 +14,7 @@ std::string_view TypeName(const OptionSpec& spec) {
     case OptionKind::kCount: return "UINT";
     case OptionKind::kRatio: return "RATIO";
     case OptionKind::kPathList: return "DIR";
+    case OptionKind::kPath: return "PATH";
     case OptionKind::kBool:
     case OptionKind::kEnum: return "";
   }

@@ -30,6 +30,7 @@ std::pair<std::string, OptionValue> OtherValue(const OptionSpec& spec) {
     case OptionKind::kEnum:
       return {std::string(spec.choices.back()), std::string(spec.choices.back())};
     case OptionKind::kPathList: return {"/a", std::vector<std::string>{"/a"}};
+    case OptionKind::kPath: return {"/dev/shm/arena", std::string("/dev/shm/arena")};
   }
   return {};
 }

@@ -25,6 +25,12 @@ constexpr OptionSpec kTable[] = {
      .member = &StoreOptions::dram_bytes,
      .help = "Host DRAM arena capacity (apart from an engine's own host pool); 0 disables the "
              "DRAM medium."},
+    {.name = "dram_path",
+     .flag = "--dram-path",
+     .kind = OptionKind::kPath,
+     .member = &StoreOptions::dram_path,
+     .help = "Back the DRAM arena by this file (in /dev/shm or a hugetlbfs mount) so its blocks "
+             "outlive the process and are recovered at open; empty: anonymous memory."},
     {.name = "huge_pages",
      .flag = "--huge-pages",
      .kind = OptionKind::kEnum,
@@ -256,6 +262,7 @@ std::string_view OptionKindName(OptionKind kind) {
     case OptionKind::kBool: return "bool";
     case OptionKind::kEnum: return "enum";
     case OptionKind::kPathList: return "path_list";
+    case OptionKind::kPath: return "path";
   }
   return "?";
 }
@@ -302,7 +309,8 @@ std::string OptionRangeText(const OptionSpec& spec) {
     case OptionKind::kRatio: return "0..1";
     case OptionKind::kEnum: return JoinChoices(spec.choices, "|");
     case OptionKind::kBool:
-    case OptionKind::kPathList: return "";
+    case OptionKind::kPathList:
+    case OptionKind::kPath: return "";
   }
   return "";
 }
@@ -366,6 +374,11 @@ Status CheckOption(const OptionSpec& spec, const OptionValue& value) {
         return Status::InvalidArgument(name + " must be a list of directories");
       }
       return Status::OK();
+    case OptionKind::kPath:
+      if (!std::holds_alternative<std::string>(value)) {
+        return Status::InvalidArgument(name + " must be a path (a string)");
+      }
+      return Status::OK();
   }
   return Status::InvalidArgument(name + ": unknown option kind");
 }
@@ -379,7 +392,8 @@ Status SetOption(const OptionSpec& spec, const OptionValue& value, StoreOptions*
         if constexpr (std::is_enum_v<T>) {
           field = static_cast<T>(ChoiceIndex(spec.choices, std::get<std::string>(value)));
         } else if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, double> ||
-                             std::is_same_v<T, std::vector<std::string>>) {
+                             std::is_same_v<T, std::vector<std::string>> ||
+                             std::is_same_v<T, std::string>) {
           field = std::get<T>(value);
         } else {
           field = static_cast<T>(std::get<uint64_t>(value));  // in range: checked above
@@ -432,7 +446,8 @@ Status SetOptionFromText(const OptionSpec& spec, std::string_view text, StoreOpt
       if (text == "false" || text == "0") return SetOption(spec, false, options);
       return Status::InvalidArgument(name + " must be true or false, not '" + std::string(text) +
                                      "'");
-    case OptionKind::kEnum: return SetOption(spec, std::string(text), options);
+    case OptionKind::kEnum:
+    case OptionKind::kPath: return SetOption(spec, std::string(text), options);
     case OptionKind::kPathList: {
       std::vector<std::string> dirs;
       size_t start = 0;
@@ -495,6 +510,8 @@ std::string RenderOptionTableMarkdown() {
       range = code(JoinChoices(spec.choices, "`, `"));
     } else if (spec.kind == OptionKind::kPathList) {
       range = "directories";
+    } else if (spec.kind == OptionKind::kPath) {
+      range = "a path";
     } else if (spec.kind == OptionKind::kBool) {
       range = "`true`, `false`";
     } else if (range.empty()) {

@@ -32,6 +32,7 @@ enum class OptionKind : uint8_t {
   kBool,      // true or false
   kEnum,      // one of the row's choices
   kPathList,  // directories, in order
+  kPath,      // one file path; empty for none
 };
 std::string_view OptionKindName(OptionKind kind);  // "size", "count", "ratio", ...
 
@@ -51,7 +52,7 @@ using OptionMember =
                  bool StoreOptions::*, std::vector<std::string> StoreOptions::*,
                  HugePageMode StoreOptions::*, DirectIoMode StoreOptions::*,
                  IoEngineKind StoreOptions::*, RestoreScheduler StoreOptions::*,
-                 SyncMode StoreOptions::*>;
+                 SyncMode StoreOptions::*, std::string StoreOptions::*>;
 
 inline constexpr uint64_t kNoOptionMax = UINT64_MAX;  // the field type's maximum
 
@@ -71,7 +72,7 @@ struct OptionSpec {
 };
 
 // A value in the form its kind takes: kSize and kCount a uint64_t, kRatio a double, kBool a bool,
-// kEnum the value's name, kPathList the directories.
+// kEnum the value's name (and kPath the path), kPathList the directories.
 using OptionValue = std::variant<uint64_t, double, bool, std::string, std::vector<std::string>>;
 
 // Every row, in StoreOptions' declaration order.

@@ -1,6 +1,11 @@
 #include "media/dram_arena.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -85,13 +90,56 @@ Result<std::unique_ptr<DramArena>> DramArena::Create(uint64_t bytes, HugePageMod
   return std::unique_ptr<DramArena>(new DramArena(static_cast<uint8_t*>(p), cap, "plain"));
 }
 
-DramArena::DramArena(uint8_t* base, uint64_t capacity, std::string page_mode)
+Result<std::unique_ptr<DramArena>> DramArena::CreateFile(uint64_t bytes, const std::string& path,
+                                                         bool keep) {
+  if (bytes == 0) return Status::InvalidArgument("DRAM arena capacity is 0");
+  const uint64_t cap = AlignUp(bytes, kHugePage);
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::FromErrno(errno, "open DRAM arena file '" + path + "'");
+  auto fail = [fd](Status st) {
+    close(fd);
+    return st;
+  };
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    return fail(Status::Busy("DRAM arena file '" + path + "' is in use by another FlatCake store"));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return fail(Status::FromErrno(errno, "stat '" + path + "'"));
+  const uint64_t had = static_cast<uint64_t>(st.st_size);
+  if (keep && had != 0 && had != cap) {
+    return fail(Status::InvalidArgument(
+        "DRAM arena file '" + path + "' holds an arena of " + std::to_string(had) +
+        " bytes; dram_bytes asks for " + std::to_string(cap) +
+        "; to discard it and start empty, open with wipe=true (--wipe)"));
+  }
+  const bool recovered = keep && had == cap;
+  if (!recovered && ftruncate(fd, 0) != 0) {
+    return fail(Status::FromErrno(errno, "truncate '" + path + "'"));
+  }
+  if (ftruncate(fd, static_cast<off_t>(cap)) != 0) {
+    return fail(Status::FromErrno(errno, "size DRAM arena file '" + path + "'"));
+  }
+  struct statfs fs {};
+  const bool hugetlbfs = fstatfs(fd, &fs) == 0 && fs.f_type == 0x958458f6;  // HUGETLBFS_MAGIC
+  void* p = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (p == MAP_FAILED) return fail(Status::FromErrno(errno, "mmap DRAM arena file '" + path + "'"));
+  return std::unique_ptr<DramArena>(new DramArena(
+      static_cast<uint8_t*>(p), cap, hugetlbfs ? "hugetlbfs-file" : "shared-file", fd, recovered));
+}
+
+DramArena::DramArena(uint8_t* base, uint64_t capacity, std::string page_mode, int fd,
+                     bool recovered)
     : base_(base),
       capacity_(capacity),
       page_mode_(std::move(page_mode)),
+      fd_(fd),
+      recovered_(recovered),
       alloc_(capacity, /*boundary=*/0, kAlignment) {}
 
-DramArena::~DramArena() { munmap(base_, capacity_); }
+DramArena::~DramArena() {
+  munmap(base_, capacity_);
+  if (fd_ >= 0) close(fd_);  // releases the flock; the file stays
+}
 
 Result<uint64_t> DramArena::Allocate(uint64_t bytes, uint64_t hint) {
   auto off = alloc_.Allocate(bytes, hint);

@@ -298,3 +298,48 @@ TEST(DurableStore, SyncEveryAndSyncNoneRoundTrip) {
 
 }  // namespace
 }  // namespace flatcake
+
+namespace flatcake {
+namespace {
+
+TEST(DurableStore, FileBackedDramOutlivesTheProcess) {
+  TempDir dir, shm;
+  StoreOptions o = Options(dir.path());
+  o.dram_path = shm.path() + "/arena";
+  const auto dram = MakeKeys(20, 0, 12), ssd = MakeKeys(21, 0, 4);
+  {
+    auto s = Open(o);
+    EXPECT_EQ(s->GetInfo().dram_backing, "file " + o.dram_path);
+    Put(*s, dram, MediaType::kDram, "hot");
+    Put(*s, ssd, MediaType::kSsd, "cold");
+    Put(*s, MakeKeys(22, 0, 4), MediaType::kDram, "gone");
+    s->Reclaim(MediaType::kDram, 0.0);  // every DRAM scope: reclaimed blocks stay gone
+    Put(*s, dram, MediaType::kDram, "hot");
+  }
+  {
+    auto s = Open(o);
+    EXPECT_EQ(s->GetInfo().recovered_scopes, 2u);
+    EXPECT_EQ(Served(*s, dram), All(dram.size(), 1));
+    EXPECT_EQ(Served(*s, ssd), All(ssd.size(), 1));
+    EXPECT_EQ(Served(*s, MakeKeys(22, 0, 4)), All(4, 0));
+    EXPECT_EQ(s->Lookup(dram).slowest_medium, MediaType::kDram);  // still DRAM-ready
+  }
+  StoreOptions other = o;
+  other.dram_bytes = 16 * kMiB;
+  auto r = FlatStore::OpenWithEngine(other, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("dram_bytes asks for 16777216"), std::string::npos)
+      << r.status().ToString();
+  other.wipe = true;
+  {
+    auto s = Open(other);
+    EXPECT_EQ(Served(*s, dram), All(dram.size(), 0));
+  }
+  StoreOptions anon = Options(dir.path());  // an anonymous arena: nothing of DRAM comes back
+  auto s = Open(anon);
+  EXPECT_EQ(s->GetInfo().dram_backing, "anonymous");
+  EXPECT_EQ(Served(*s, dram), All(dram.size(), 0));
+}
+
+}  // namespace
+}  // namespace flatcake

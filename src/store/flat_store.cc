@@ -68,8 +68,14 @@ Status FlatStore::Init() {
     info_.ssd_dirs = options_.ssd_dirs;
   }
   if (options_.dram_bytes > 0) {
-    FC_ASSIGN_OR_RETURN(dram_, DramArena::Create(options_.dram_bytes, options_.huge_pages));
+    if (options_.dram_path.empty()) {
+      FC_ASSIGN_OR_RETURN(dram_, DramArena::Create(options_.dram_bytes, options_.huge_pages));
+    } else {
+      FC_ASSIGN_OR_RETURN(dram_, DramArena::CreateFile(options_.dram_bytes, options_.dram_path,
+                                                       options_.recover && !options_.wipe));
+    }
     info_.dram_page_mode = dram_->page_mode();
+    info_.dram_backing = dram_->file_backed() ? "file " + options_.dram_path : "anonymous";
   } else {
     info_.dram_page_mode = "none";
   }
@@ -108,9 +114,11 @@ Status FlatStore::Init() {
     MutexLock lock(mu_);
     for (uint32_t i = options_.max_scopes; i-- > 0;) free_scopes_.push_back(i);
   }
-  if (ssd_) FC_RETURN_IF_ERROR(OpenJournal());
-  if (Durable() && options_.sync == SyncMode::kInterval)
+  if (ssd_) FC_RETURN_IF_ERROR(OpenJournal(MediaType::kSsd));
+  if (dram_ && dram_->file_backed()) FC_RETURN_IF_ERROR(OpenJournal(MediaType::kDram));
+  if (Durable(MediaType::kSsd) && options_.sync == SyncMode::kInterval) {
     syncer_ = std::thread([this] { SyncLoop(); });
+  }
   return StartScheduler();
 }
 
@@ -216,7 +224,7 @@ Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout
       seg_keys.push_back(keys[todo[ps.first_block + b]]);
       seg_sums.push_back(BlockChecksum(src, layout, todo[ps.first_block + b]));
     }
-    if (Durable() && medium == MediaType::kSsd) {
+    if (Durable(medium)) {
       // The commit record, after the data and before publication: what a restart finds.
       st = CommitSegment(scope, ps, seg_keys, seg_sums);
       if (!st.ok()) break;
@@ -519,7 +527,7 @@ void FlatStore::ForgetSessionLocked(std::unordered_map<std::string, Session>::it
 void FlatStore::ReleaseScopeLocked(uint32_t id, uint32_t retired_gen) {
   ScopeSlot& s = scopes_[id];
   // The free record goes first: once the extents are reused, the old scope must not come back.
-  if (Durable() && s.medium == MediaType::kSsd) JournalFreeLocked(s);
+  if (Durable(s.medium)) JournalFreeLocked(s);
   for (const Segment& seg : s.segments) FreeExtentLocked(s.medium, seg);
   for (const Key& k : s.keys) index_->Erase(k, id, retired_gen);
   // Forget the session once none of its scopes is left, so session metadata does not outlive
@@ -563,7 +571,7 @@ uint64_t FlatStore::ReclaimLocked(MediaType medium, uint64_t target_used, uint32
     mc.reclaimed.fetch_add(bytes, std::memory_order_relaxed);
     mc.scopes_reclaimed.fetch_add(1, std::memory_order_relaxed);
   }
-  if (freed > 0 && medium == MediaType::kSsd && Durable()) MaybeCompactJournalLocked();
+  if (freed > 0) MaybeCompactJournalLocked(medium);
   return freed;
 }
 
@@ -577,19 +585,23 @@ uint64_t FlatStore::Reclaim(MediaType medium, double target_fraction) {
 void FlatStore::Clear() {
   ReaderLock index_lock(index_mu_);
   MutexLock lock(mu_);
-  if (Durable()) {
-    // One record frees every segment committed before it. Scopes a reader still pins stay until
-    // they are reclaimed, but are gone after a restart either way.
-    Status st = journal_->Append([](uint64_t seq) { return durable::EncodeClear(seq); });
-    if (st.ok() && options_.sync != SyncMode::kNone) st = journal_->Sync();
+  // One record per durable medium frees every segment committed before it. Scopes a reader still
+  // pins stay until they are reclaimed, but are gone after a restart either way.
+  bool cleared = true;
+  for (MediaType m : {MediaType::kDram, MediaType::kSsd}) {
+    if (!Durable(m)) continue;
+    Journal& j = *journal_[static_cast<int>(m)];
+    Status st = j.Append([](uint64_t seq) { return durable::EncodeClear(seq); });
+    if (st.ok() && m == MediaType::kSsd && options_.sync != SyncMode::kNone) st = j.Sync();
     if (!st.ok()) journal_errors_.fetch_add(1, std::memory_order_relaxed);
-    clearing_ = st.ok();
+    cleared = cleared && st.ok();
   }
+  clearing_ = cleared;
   for (MediaType m : {MediaType::kDram, MediaType::kSsd}) ReclaimLocked(m, 0, UINT32_MAX);
   clearing_ = false;
   sessions_.clear();
   tails_.clear();
-  if (Durable()) MaybeCompactJournalLocked();
+  for (MediaType m : {MediaType::kDram, MediaType::kSsd}) MaybeCompactJournalLocked(m);
 }
 
 StoreStats FlatStore::GetStats() const {
@@ -632,7 +644,7 @@ StoreStats FlatStore::GetStats() const {
   st.index_size = index_->size();
   st.index_tombstones = index_->tombstones();
   st.index_compactions = index_compactions_.load();
-  st.journal_bytes = journal_ ? journal_->bytes() : 0;
+  for (const auto& j : journal_) st.journal_bytes += j ? j->bytes() : 0;
   st.journal_rewrites = journal_rewrites_.load();
   st.journal_errors = journal_errors_.load();
   st.syncs = syncs_.load();

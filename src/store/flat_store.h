@@ -137,9 +137,9 @@ class FlatStore final : public Store {
 
   // --- durability (flat_store_durable.cc; docs/format.md) ---
   // Opens the SSD pool's journal; replays it when the pool was recovered, else starts it anew.
-  Status OpenJournal() EXCLUDES(mu_);
-  // Rebuilds scopes, sessions, extents and the index from the journal's records.
-  Status Recover(const durable::ScanResult& scan) EXCLUDES(mu_);
+  Status OpenJournal(MediaType m) EXCLUDES(mu_);
+  // Rebuilds the medium's scopes, sessions, extents and index entries from its journal.
+  Status Recover(MediaType m, const durable::ScanResult& scan) EXCLUDES(mu_);
   // The commit record of a written SSD segment, appended before its blocks are published.
   // sync=every: the segment's data is flushed first and the record after.
   Status CommitSegment(ScopeSlot& scope, const PendingSegment& ps, std::span<const Key> keys,
@@ -148,10 +148,10 @@ class FlatStore final : public Store {
   // whose one record covers every scope).
   void JournalFreeLocked(const ScopeSlot& scope) REQUIRES(mu_);
   // Rewrites the journal from the live scopes once dead records dominate it.
-  void MaybeCompactJournalLocked() REQUIRES(mu_);
-  Status RewriteJournalLocked() REQUIRES(mu_);
+  void MaybeCompactJournalLocked(MediaType m) REQUIRES(mu_);
+  Status RewriteJournalLocked(MediaType m) REQUIRES(mu_);
   void SyncLoop();
-  bool Durable() const { return journal_ != nullptr; }
+  bool Durable(MediaType m) const { return journal_[static_cast<int>(m)] != nullptr; }
 
   // --- read path (flat_store_read.cc) ---
   // Looks up every key of a restore and pins the scopes of its hits into `job` (hits, dram_hits,
@@ -205,9 +205,9 @@ class FlatStore final : public Store {
   // The session PlaceBatch is working on.
   const std::string* placing_session_ GUARDED_BY(mu_) = nullptr;
 
-  std::unique_ptr<Journal> journal_;  // durable SSD pools only
+  std::unique_ptr<Journal> journal_[2];  // per medium: the SSD pool's; a file-backed arena's
   uint64_t next_scope_uid_ GUARDED_BY(mu_) = 1;
-  uint64_t live_journal_bytes_ GUARDED_BY(mu_) = 0;  // records of live scopes (and the header)
+  uint64_t live_journal_bytes_[2] GUARDED_BY(mu_) = {0, 0};  // live scopes' records, header
   bool clearing_ GUARDED_BY(mu_) = false;
   std::thread syncer_;
   Mutex sync_mu_;

@@ -1,5 +1,7 @@
-// FlatStore's durable SSD pool: the journal of commit and free records (media/durable_format.h,
-// docs/format.md), recovery at open, journal rewrites and periodic syncs.
+// FlatStore's durable media: the journal of commit and free records (media/durable_format.h,
+// docs/format.md), recovery at open, journal rewrites and periodic syncs. The SSD pool is always
+// durable (its journal sits in the first SSD directory); a file-backed DRAM arena (dram_path)
+// keeps a journal of its own beside the file (<dram_path>.journal), with the same records.
 //
 // Ordering, which is the whole of crash consistency here:
 //  - a segment's data is written (and, with sync=every, flushed) before its commit record is
@@ -45,38 +47,48 @@ uint64_t AnonNumber(const std::string& name) {
 
 }  // namespace
 
-Status FlatStore::OpenJournal() {
-  const std::string path = options_.ssd_dirs.front() + "/" + durable::kJournalName;
-  FC_ASSIGN_OR_RETURN(journal_, Journal::Open(path));
-  info_.ssd_durable = true;
-  info_.journal_path = path;
-  info_.sync_mode = std::string(SyncModeName(options_.sync));
-  if (!ssd_->recovered()) {
-    // A new (or wiped) pool: whatever journal was there describes nothing that exists now.
+Status FlatStore::OpenJournal(MediaType m) {
+  const bool ssd = m == MediaType::kSsd;
+  const std::string path = ssd ? options_.ssd_dirs.front() + "/" + durable::kJournalName
+                               : options_.dram_path + ".journal";
+  std::unique_ptr<Journal>& journal = journal_[static_cast<int>(m)];
+  FC_ASSIGN_OR_RETURN(journal, Journal::Open(path));
+  if (ssd) {
+    info_.ssd_durable = true;
+    info_.journal_path = path;
+    info_.sync_mode = std::string(SyncModeName(options_.sync));
+  } else {
+    info_.dram_journal_path = path;
+  }
+  if (!(ssd ? ssd_->recovered() : dram_->recovered())) {
+    // A new (or wiped) medium: whatever journal was there describes nothing that exists now.
     MutexLock lock(mu_);
-    journal_->ReleaseImage();
-    return RewriteJournalLocked();
+    journal->ReleaseImage();
+    return RewriteJournalLocked(m);
   }
   const auto start = std::chrono::steady_clock::now();
-  const durable::ScanResult scan = durable::ScanRecords(journal_->image());
-  info_.recovery_read_bytes =
-      journal_->image().size() + ssd_->num_files() * durable::kSuperblockBytes;
-  Status st = Recover(scan);
-  journal_->ReleaseImage();
+  const durable::ScanResult scan = durable::ScanRecords(journal->image());
+  info_.recovery_read_bytes +=
+      journal->image().size() + (ssd ? ssd_->num_files() * durable::kSuperblockBytes : 0);
+  Status st = Recover(m, scan);
+  journal->ReleaseImage();
   FC_RETURN_IF_ERROR(st);
   info_.recovered = true;
-  info_.recovery_seconds =
+  info_.recovery_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   MutexLock lock(mu_);
   // Start from a compact journal when the old one is mostly dead records or ends in a torn one.
-  if (scan.skipped > 0 ||
-      journal_->bytes() > kRewriteFactor * live_journal_bytes_ + kRewriteMinBytes) {
-    return RewriteJournalLocked();
+  const uint64_t live = live_journal_bytes_[static_cast<int>(m)];
+  if (scan.skipped > 0 || journal->bytes() > kRewriteFactor * live + kRewriteMinBytes) {
+    return RewriteJournalLocked(m);
   }
   return Status::OK();
 }
 
-Status FlatStore::Recover(const durable::ScanResult& scan) {
+Status FlatStore::Recover(MediaType m, const durable::ScanResult& scan) {
+  const bool ssd = m == MediaType::kSsd;
+  const int mi = static_cast<int>(m);
+  Journal& journal = *journal_[mi];
   // 1. Replay: the live segments, by scope, in journal order.
   std::map<uint64_t, std::vector<durable::SegmentRecord>> live;
   std::map<uint64_t, uint64_t> record_bytes;
@@ -87,11 +99,14 @@ Status FlatStore::Recover(const durable::ScanResult& scan) {
     switch (r.type) {
       case RecordType::kHeader: {
         auto h = durable::DecodeHeader(r.payload);
-        if (!h.ok() || h->store_id != ssd_->store_id()) {
+        const bool mine = h.ok() && (ssd ? h->store_id == ssd_->store_id()
+                                         : h->num_files == 0 && h->file_bytes == dram_->capacity());
+        if (!mine) {
           return Status::InvalidArgument(
-              "journal '" + journal_->path() +
-              "' belongs to another pool than the files beside "
-              "it; to discard the pool and start empty, open with wipe=true (--wipe)");
+              "journal '" + journal.path() + "' belongs to another " +
+              (ssd ? std::string("pool than the files beside it")
+                   : "arena than '" + options_.dram_path + "'") +
+              "; to discard it and start empty, open with wipe=true (--wipe)");
         }
         header_seen = true;
         break;
@@ -136,13 +151,16 @@ Status FlatStore::Recover(const durable::ScanResult& scan) {
   }
   std::reverse(by_age.begin(), by_age.end());
   std::map<const durable::SegmentRecord*, bool> claimed;
-  const uint64_t fb = ssd_->file_bytes();
+  const uint64_t fb = ssd ? ssd_->file_bytes() : dram_->capacity();
   for (const auto& [uid, seg] : by_age) {
     const SegmentLayout sl(seg->layout, seg->num_blocks);
     const bool sane = sl.Bytes() == seg->bytes && sl.PlaneStride() == seg->run_stride &&
                       seg->keys.size() == seg->num_blocks &&
                       seg->base / fb == (seg->base + seg->bytes - 1) / fb;
-    if (sane && ssd_->AllocateAt(seg->base, seg->bytes).ok()) {
+    const Status got = !sane ? Status::Corruption("segment record")
+                       : ssd ? ssd_->AllocateAt(seg->base, seg->bytes)
+                             : dram_->AllocateAt(seg->base, seg->bytes);
+    if (got.ok()) {
       claimed[seg] = true;
     } else {
       skipped++;
@@ -162,11 +180,11 @@ Status FlatStore::Recover(const durable::ScanResult& scan) {
       }
     }
     if (first == nullptr) continue;
-    auto slot = NewScopeLocked(MediaType::kSsd, first->layout, first->session);
+    auto slot = NewScopeLocked(m, first->layout, first->session);
     if (!slot.ok()) {
       // More scopes than max_scopes allows: the rest is dropped (its extents freed again).
       for (const auto& seg : segs) {
-        if (claimed.count(&seg)) ssd_->Free(seg.base, seg.bytes);
+        if (claimed.count(&seg)) FreeExtentLocked(m, Segment{seg.base, 0, 0, seg.bytes});
         skipped++;
       }
       continue;
@@ -176,13 +194,13 @@ Status FlatStore::Recover(const durable::ScanResult& scan) {
     const uint32_t gen = scope.generation();
     scope.uid = uid;
     scope.journal_bytes = record_bytes[uid];
-    live_journal_bytes_ += scope.journal_bytes;
+    live_journal_bytes_[mi] += scope.journal_bytes;
     const durable::SegmentRecord* last = first;
     for (const auto& seg : segs) {
       if (!claimed.count(&seg)) continue;
       if (!(seg.layout ==
             scope.layout)) {  // a scope has one layout; a record that disagrees is bad
-        ssd_->Free(seg.base, seg.bytes);
+        FreeExtentLocked(m, Segment{seg.base, 0, 0, seg.bytes});
         skipped++;
         continue;
       }
@@ -206,7 +224,7 @@ Status FlatStore::Recover(const durable::ScanResult& scan) {
           continue;  // the key is in another scope too (or the index is full): one copy serves
         }
         IndexEntry e;
-        e.gva = MakeGva(MediaType::kSsd, seg.base + sl.BlockOffset(b));
+        e.gva = MakeGva(m, seg.base + sl.BlockOffset(b));
         e.layer_stride = sl.LayerStride();
         e.checksum = seg.checksums[b];
         e.scope_id = id;
@@ -225,8 +243,8 @@ Status FlatStore::Recover(const durable::ScanResult& scan) {
     scope.Touch(now - std::min(now, max_uid - uid));
     info_.recovered_scopes++;
     Session& sess = sessions_[scope.session];
-    sess.scope[static_cast<int>(MediaType::kSsd)] = id;
-    sess.scope_gen[static_cast<int>(MediaType::kSsd)] = gen;
+    sess.scope[mi] = id;
+    sess.scope_gen[mi] = gen;
     sess.turns = last->turns;
     sess.context_tokens = last->context_tokens;
     if (!scope.keys.empty()) {
@@ -239,14 +257,18 @@ Status FlatStore::Recover(const durable::ScanResult& scan) {
   }
   anon_sessions_ = std::max(anon_sessions_, anon);
   next_scope_uid_ = std::max(next_scope_uid_, max_uid + 1);
-  journal_->SetNextSeq(max_seq + 1);
-  info_.skipped_records = skipped;
+  journal.SetNextSeq(max_seq + 1);
+  info_.skipped_records += skipped;
   return Status::OK();
 }
 
 Status FlatStore::CommitSegment(ScopeSlot& scope, const PendingSegment& ps,
                                 std::span<const Key> keys, std::span<const uint64_t> checksums) {
-  if (options_.sync == SyncMode::kEvery) {
+  const bool ssd = scope.medium == MediaType::kSsd;
+  Journal& journal = *journal_[static_cast<int>(scope.medium)];
+  // A DRAM arena's file is memory: only SSD data and records have a disk to be synced to.
+  const bool sync_every = ssd && options_.sync == SyncMode::kEvery;
+  if (sync_every) {
     const int fd = ssd_->fds()[ssd_->FileOf(ps.seg.base)];
     if (fdatasync(fd) != 0) return Status::FromErrno(errno, "fdatasync SSD segment");
     syncs_.fetch_add(1, std::memory_order_relaxed);
@@ -271,7 +293,7 @@ Status FlatStore::CommitSegment(ScopeSlot& scope, const PendingSegment& ps,
       rec.context_tokens = it->second.context_tokens;
     }
     uint64_t bytes = 0;
-    Status st = journal_->Append([&](uint64_t seq) {
+    Status st = journal.Append([&](uint64_t seq) {
       std::vector<uint8_t> out = durable::EncodeSegment(seq, rec);
       bytes = out.size();
       return out;
@@ -281,48 +303,51 @@ Status FlatStore::CommitSegment(ScopeSlot& scope, const PendingSegment& ps,
       return st.WithContext("SSD segment commit record");
     }
     scope.journal_bytes += bytes;
-    live_journal_bytes_ += bytes;
+    live_journal_bytes_[static_cast<int>(scope.medium)] += bytes;
     scope.segments[ps.segment_no].first_key = static_cast<uint32_t>(scope.keys.size());
     scope.keys.insert(scope.keys.end(), keys.begin(), keys.end());
     scope.checksums.insert(scope.checksums.end(), checksums.begin(), checksums.end());
     scope.blocks += keys.size();
   }
-  if (options_.sync == SyncMode::kEvery) {
-    Status st = journal_->Sync();
+  if (sync_every) {
+    Status st = journal.Sync();
     if (!st.ok()) return st.WithContext("SSD segment commit record");
   }
   return Status::OK();
 }
 
 void FlatStore::JournalFreeLocked(const ScopeSlot& scope) {
-  live_journal_bytes_ -= std::min(live_journal_bytes_, scope.journal_bytes);
+  const int mi = static_cast<int>(scope.medium);
+  live_journal_bytes_[mi] -= std::min(live_journal_bytes_[mi], scope.journal_bytes);
   if (clearing_) return;  // Clear's record covers it
-  Status st = journal_->Append(
+  Status st = journal_[mi]->Append(
       [uid = scope.uid](uint64_t seq) { return durable::EncodeFreeScope(seq, uid); });
   if (!st.ok()) journal_errors_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void FlatStore::MaybeCompactJournalLocked() {
-  if (clearing_) return;
-  if (journal_->bytes() <= kRewriteFactor * live_journal_bytes_ + kRewriteMinBytes) return;
-  if (!RewriteJournalLocked().ok()) journal_errors_.fetch_add(1, std::memory_order_relaxed);
+void FlatStore::MaybeCompactJournalLocked(MediaType m) {
+  const int mi = static_cast<int>(m);
+  if (clearing_ || !journal_[mi]) return;
+  if (journal_[mi]->bytes() <= kRewriteFactor * live_journal_bytes_[mi] + kRewriteMinBytes) return;
+  if (!RewriteJournalLocked(m).ok()) journal_errors_.fetch_add(1, std::memory_order_relaxed);
 }
 
-Status FlatStore::RewriteJournalLocked() {
-  // The header, then one record per segment of every live SSD scope, rebuilt from memory.
+Status FlatStore::RewriteJournalLocked(MediaType m) {
+  // The header, then one record per segment of every live scope of the medium, from memory.
+  const int mi = static_cast<int>(m);
   uint64_t live = 0;
-  Status st = journal_->Rewrite([&](uint64_t* seq) {
+  Status st = journal_[mi]->Rewrite([&](uint64_t* seq) {
     std::vector<uint8_t> out;
     auto add = [&](std::vector<uint8_t> rec) { out.insert(out.end(), rec.begin(), rec.end()); };
-    durable::HeaderRecord h;
-    h.store_id = ssd_->store_id();
-    h.num_files = ssd_->num_files();
-    h.file_bytes = ssd_->file_bytes();
+    durable::HeaderRecord h;  // a DRAM arena: no files, its capacity
+    h.store_id = m == MediaType::kSsd ? ssd_->store_id() : 0;
+    h.num_files = m == MediaType::kSsd ? ssd_->num_files() : 0;
+    h.file_bytes = m == MediaType::kSsd ? ssd_->file_bytes() : dram_->capacity();
     add(durable::EncodeHeader((*seq)++, h));
     live = out.size();
     for (uint32_t i = 0; i < options_.max_scopes; ++i) {
       ScopeSlot& s = scopes_[i];
-      if (!s.live() || s.medium != MediaType::kSsd) continue;
+      if (!s.live() || s.medium != m) continue;
       auto sess = sessions_.find(s.session);
       const size_t before = out.size();
       for (uint32_t n = 0; n < s.segments.size(); ++n) {
@@ -352,7 +377,7 @@ Status FlatStore::RewriteJournalLocked() {
     return out;
   });
   if (!st.ok()) return st;
-  live_journal_bytes_ = live;
+  live_journal_bytes_[mi] = live;
   journal_rewrites_.fetch_add(1, std::memory_order_relaxed);
   return Status::OK();
 }
@@ -364,7 +389,7 @@ void FlatStore::SyncLoop() {
     if (stop_syncer_) break;
     // Data first, then the records that name it.
     Status st = ssd_->SyncData();
-    if (st.ok()) st = journal_->Sync();
+    if (st.ok()) st = journal_[static_cast<int>(MediaType::kSsd)]->Sync();
     if (st.ok()) {
       syncs_.fetch_add(1, std::memory_order_relaxed);
     } else {
