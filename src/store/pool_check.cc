@@ -93,9 +93,10 @@ class PoolChecker {
     r_.damaged.push_back(
         PoolDamage{std::move(what), std::move(file), offset, std::move(detail), key, repairable});
   }
-  // A record the repair leaves out, and why.
-  void Drop(uint64_t record_offset, const std::string& why) {
-    drop_.emplace(record_offset, "journal offset " + Num(record_offset) + ": " + why);
+  // A record the repair leaves out, and why (a line that names the record or its offset).
+  void Drop(uint64_t record_offset, const std::string& why) { drop_.emplace(record_offset, why); }
+  static std::string At(uint64_t journal_offset) {
+    return "journal offset " + Num(journal_offset) + ": ";
   }
   std::string Describe(const LiveSegment& s) const {
     return "segment record at journal offset " + Num(s.record_offset) + " (session '" +
@@ -317,14 +318,14 @@ void PoolChecker::Replay() {
     const bool tail = d.offset + d.bytes == journal_.size();
     Damage("record", r_.journal_path, d.offset,
            what + (tail ? ", at the journal's end" : "") + ": recovery skips it", true);
-    Drop(d.offset, what);
+    Drop(d.offset, At(d.offset) + what);
   }
   bool header_seen = false;
   for (const durable::RecordView& v : scan_.records) {
     max_seq_ = std::max(max_seq_, v.seq);
     auto skip = [&](const std::string& why) {
       Damage("record", r_.journal_path, v.offset, why + ": recovery skips it", true);
-      Drop(v.offset, why);
+      Drop(v.offset, At(v.offset) + why);
       r_.skipped_records++;
     };
     switch (v.type) {
@@ -348,9 +349,7 @@ void PoolChecker::Replay() {
                      Num(h->file_bytes) + " bytes, the superblocks " + Num(r_.files) + " of " +
                      Num(r_.file_bytes) + " (repair writes a header from the superblocks)",
                  true);
-          drop_.emplace(v.offset, "journal offset " + Num(v.offset) +
-                                      ": the header record, replaced by one from the "
-                                      "superblocks");
+          Drop(v.offset, At(v.offset) + "the header record, replaced by one from the superblocks");
         }
         header_seen = true;
         break;
@@ -531,7 +530,8 @@ void PoolChecker::CheckBlocks() {
       }
       if (bad > 0) {
         r_.bad_blocks += bad;
-        Drop(s.record_offset, Describe(s) + ": " + Num(bad) + " bad blocks");
+        Drop(s.record_offset,
+             Describe(s) + ": " + Num(bad) + (bad == 1 ? " bad block" : " bad blocks"));
       }
     }
   }
