@@ -212,3 +212,108 @@ def test_missing_trace_exits_1_and_says_so(tmp_path):
     p = run("trace", "stats", str(tmp_path / "absent.jsonl"))
     assert p.returncode == 1
     assert "No such file" in p.stderr
+
+
+# fsck: a pool of three sessions of four SSD blocks each, written through the Python module
+# (session s0's segment is the first extent of file 0), then damaged by hand.
+FSCK_CONFIG = {"ssd_bytes": "16MiB", "ssd_file_bytes": "4MiB", "dram_bytes": "16MiB",
+               "sync": "none"}
+
+
+def write_fsck_pool(ssd_dir):
+    import flatcake
+    import torch
+
+    layout = flatcake.KvLayout(num_layers=4, num_planes=2, slice_bytes=8192)
+    data = {}
+    with flatcake.open({"ssd_dirs": [ssd_dir], **FSCK_CONFIG}) as store:
+        for s in range(3):
+            keys = [f"s{s}-{b}" for b in range(4)]
+            g = torch.Generator().manual_seed(s)
+            blob = torch.randint(0, 256, (4 * layout.block_bytes,), dtype=torch.uint8, generator=g)
+            assert store.put(keys, layout, blob, force_medium="ssd", session=f"s{s}").written == 4
+            data[s] = (keys, blob)
+    return layout, data
+
+
+def fsck_json(*args):
+    p = run("fsck", "--json", *args)
+    return p.returncode, json.loads(p.stdout.strip().splitlines()[-1]), p
+
+
+def test_fsck_names_an_overwritten_block_and_repair_drops_its_segment(ssd_dir):
+    import flatcake
+    import torch
+
+    layout, data = write_fsck_pool(ssd_dir)
+    rc, j, p = fsck_json("--deep", ssd_dir)
+    assert rc == 0, p.stderr
+    assert j["clean"] and j["damaged"] == []
+    assert (j["files"], j["records"], j["skipped_records"]) == (4, 4, 0)
+    assert (j["live_segments"], j["live_blocks"], j["blocks_checked"]) == (3, 12, 12)
+    text = run("fsck", ssd_dir)
+    assert text.returncode == 0 and "result      : clean" in text.stdout
+
+    # Bytes of s0's block 1, slice (layer 0, plane 1), overwritten past the 4 KiB superblock.
+    run_bytes = 4 * 8192
+    pool0 = os.path.join(ssd_dir, "flatcake-pool-0.dat")
+    with open(pool0, "r+b") as f:
+        f.seek(4096 + run_bytes + 8192 + 64)
+        f.write(b"overwritten by hand")
+    assert run("fsck", ssd_dir).returncode == 0  # the journal and extents are intact
+    rc, j, _ = fsck_json("--deep", ssd_dir)
+    assert rc == 1 and not j["clean"] and j["bad_blocks"] == 1
+    (d,) = j["damaged"]
+    assert (d["what"], d["file"], d["offset"]) == ("block", pool0, 4096 + 8192)
+    assert len(d["key"]) == 32 and d["key"] in d["detail"] and "session 's0'" in d["detail"]
+    text = run("fsck", "--deep", ssd_dir)
+    assert text.returncode == 1 and "DAMAGED" in text.stdout and d["key"] in text.stdout
+
+    rc, j, _ = fsck_json("--deep", "--repair", ssd_dir)
+    assert rc == 0 and j["repaired"] and len(j["dropped"]) == 1
+    rc, j, _ = fsck_json("--deep", ssd_dir)
+    assert rc == 0 and j["clean"] and j["live_segments"] == 2
+    with flatcake.open({"ssd_dirs": [ssd_dir], **FSCK_CONFIG}) as store:
+        assert store.info()["skipped_records"] == 0
+        for s, (keys, blob) in data.items():
+            out = torch.zeros_like(blob)
+            got = store.get(keys, layout, out)
+            if s == 0:
+                assert got.hits == 0
+            else:
+                assert got.hits == 4 and torch.equal(out, blob)
+
+
+def test_fsck_names_a_damaged_journal_record_and_repairs_it(ssd_dir):
+    write_fsck_pool(ssd_dir)
+    journal = os.path.join(ssd_dir, "flatcake-journal.log")
+    with open(journal, "r+b") as f:
+        f.seek(56 + 32 + 20)  # the payload of the first commit record, after the 56-byte header
+        f.write(b"\xff\xff")
+    rc, j, _ = fsck_json(ssd_dir)
+    assert rc == 1 and j["skipped_records"] == 1
+    (d,) = j["damaged"]
+    assert (d["what"], d["file"], d["offset"]) == ("record", journal, 56)
+    assert "segment record" in d["detail"]
+    rc, j, _ = fsck_json("--repair", ssd_dir)
+    assert rc == 0 and j["repaired"]
+    rc, j, _ = fsck_json("--deep", ssd_dir)
+    assert rc == 0 and j["clean"] and j["live_blocks"] == 8
+
+
+def test_fsck_refuses_a_pool_in_use_and_what_is_not_a_pool(ssd_dir, tmp_path):
+    import flatcake
+
+    write_fsck_pool(ssd_dir)
+    with flatcake.open({"ssd_dirs": [ssd_dir], **FSCK_CONFIG}):
+        p = run("fsck", ssd_dir)
+        assert p.returncode == 2 and "in use" in p.stderr, p.stderr
+    assert run("fsck", ssd_dir).returncode == 0
+    p = run("fsck", str(tmp_path))
+    assert p.returncode == 2 and "not a FlatCake SSD pool" in p.stderr
+    assert run("fsck", str(tmp_path / "absent")).returncode == 2
+    assert run("fsck").returncode == 2
+    h = run("fsck", "--help")
+    assert h.returncode == 0
+    for flag in ("--deep", "--repair", "--json"):
+        assert flag in h.stdout

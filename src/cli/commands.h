@@ -11,6 +11,7 @@ void RegisterInfoCommand(CLI::App& app, int* exit_code);
 void RegisterOptionsCommand(CLI::App& app, int* exit_code);
 void RegisterTraceCommands(CLI::App& app, int* exit_code);
 void RegisterReplayCommand(CLI::App& app, int* exit_code);
+void RegisterFsckCommand(CLI::App& app, int* exit_code);
 
 // `flatcake bench <name>`: `bench` is the parent subcommand created by main.
 void RegisterRestoreBench(CLI::App& bench, int* exit_code);

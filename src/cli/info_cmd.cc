@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/report_format.h"
 #include "cli/store_flags.h"
 #include "flatcake/store.h"
 
@@ -36,18 +37,6 @@ void PrintJson(const StoreInfo& info, const StoreStats& st) {
       info.dram_page_mode.c_str(), info.dram_backing.c_str());
 }
 
-std::string Bytes(uint64_t b) {
-  char buf[64];
-  if (b >= kGiB) {
-    std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(b) / kGiB);
-  } else if (b >= kMiB) {
-    std::snprintf(buf, sizeof(buf), "%.2f MiB", static_cast<double>(b) / kMiB);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.2f KiB", static_cast<double>(b) / kKiB);
-  }
-  return buf;
-}
-
 int RunInfo(InfoArgs& a) {
   if (int rc = ReportArgError("info", ValidateStoreOptions(a.options))) return rc;
   auto opened = Store::Open(a.options);
@@ -62,11 +51,12 @@ int RunInfo(InfoArgs& a) {
   }
   std::printf("FlatCake store, node %u\n", o.node_id);
   std::printf("DRAM medium   : %s, pages: %s, backing: %s\n",
-              st.dram.capacity_bytes ? Bytes(st.dram.capacity_bytes).c_str() : "disabled",
+              st.dram.capacity_bytes ? FormatBytes(st.dram.capacity_bytes).c_str() : "disabled",
               info.dram_page_mode.c_str(), info.dram_backing.c_str());
   if (st.ssd.capacity_bytes) {
-    std::printf("SSD medium    : %s in %u files of %s, %s\n", Bytes(st.ssd.capacity_bytes).c_str(),
-                info.ssd_files, Bytes(o.ssd_file_bytes).c_str(),
+    std::printf("SSD medium    : %s in %u files of %s, %s\n",
+                FormatBytes(st.ssd.capacity_bytes).c_str(), info.ssd_files,
+                FormatBytes(o.ssd_file_bytes).c_str(),
                 info.ssd_direct_io ? "O_DIRECT" : "buffered I/O");
     for (const std::string& d : info.ssd_dirs) std::printf("  directory   : %s\n", d.c_str());
     if (!info.ssd_note.empty()) std::printf("  note        : %s\n", info.ssd_note.c_str());
@@ -78,8 +68,9 @@ int RunInfo(InfoArgs& a) {
           "%lu records skipped\n",
           static_cast<unsigned long>(info.recovered_scopes),
           static_cast<unsigned long>(info.recovered_segments),
-          static_cast<unsigned long>(info.recovered_blocks), Bytes(info.recovered_bytes).c_str(),
-          info.recovery_seconds, Bytes(info.recovery_read_bytes).c_str(),
+          static_cast<unsigned long>(info.recovered_blocks),
+          FormatBytes(info.recovered_bytes).c_str(), info.recovery_seconds,
+          FormatBytes(info.recovery_read_bytes).c_str(),
           static_cast<unsigned long>(info.skipped_records));
     } else {
       std::printf("  recovered   : nothing (a new pool)\n");
@@ -99,8 +90,9 @@ int RunInfo(InfoArgs& a) {
               o.io_workers, o.io_queue_depth);
   if (!info.io_note.empty()) std::printf("  note        : %s\n", info.io_note.c_str());
   std::printf("restore       : window %s, gap %s, max I/O %s, checksums %s\n",
-              Bytes(o.read_window_bytes).c_str(), Bytes(o.max_gap_bytes).c_str(),
-              Bytes(o.max_io_bytes).c_str(), o.verify_checksums ? "verified" : "not verified");
+              FormatBytes(o.read_window_bytes).c_str(), FormatBytes(o.max_gap_bytes).c_str(),
+              FormatBytes(o.max_io_bytes).c_str(),
+              o.verify_checksums ? "verified" : "not verified");
   return 0;
 }
 

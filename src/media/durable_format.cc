@@ -79,24 +79,11 @@ std::vector<uint8_t> Frame(RecordType type, uint64_t seq, std::vector<uint8_t> p
   return rec;
 }
 
-uint64_t PaddedPayload(uint32_t n) {
-  return (uint64_t{n} + kRecordAlign - 1) / kRecordAlign * kRecordAlign;
-}
-
 // Whether a record starts at `off`: magic, a sane length, and a checksum that holds.
 bool RecordAt(std::span<const uint8_t> j, uint64_t off, RecordView* out, uint64_t* total) {
-  if (off + kRecordHeaderBytes > j.size()) return false;
-  uint32_t magic, n;
-  uint16_t type;
-  uint64_t seq, sum;
-  std::memcpy(&magic, j.data() + off, 4);
-  if (magic != kRecordMagic) return false;
-  std::memcpy(&type, j.data() + off + 4, 2);
-  std::memcpy(&n, j.data() + off + 8, 4);
-  std::memcpy(&seq, j.data() + off + 16, 8);
-  std::memcpy(&sum, j.data() + off + 24, 8);
-  if (n > kMaxRecordPayload) return false;
-  const uint64_t len = kRecordHeaderBytes + PaddedPayload(n);
+  const std::optional<RecordHeader> h = PeekRecordHeader(j, off);
+  if (!h || h->payload_bytes > kMaxRecordPayload) return false;
+  const uint64_t len = FramedBytes(h->payload_bytes);
   if (off + len > j.size()) return false;
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset(st);
@@ -106,16 +93,32 @@ bool RecordAt(std::span<const uint8_t> j, uint64_t off, RecordView* out, uint64_
   XXH3_64bits_update(st, j.data() + off + kRecordHeaderBytes, len - kRecordHeaderBytes);
   const uint64_t want = XXH3_64bits_digest(st);
   XXH3_freeState(st);
-  if (want != sum) return false;
-  out->type = static_cast<RecordType>(type);
-  out->seq = seq;
+  if (want != h->checksum) return false;
+  out->type = h->type;
+  out->seq = h->seq;
   out->offset = off;
-  out->payload = j.subspan(off + kRecordHeaderBytes, n);
+  out->payload = j.subspan(off + kRecordHeaderBytes, h->payload_bytes);
   *total = len;
   return true;
 }
 
 }  // namespace
+
+std::optional<RecordHeader> PeekRecordHeader(std::span<const uint8_t> j, uint64_t off) {
+  if (off + kRecordHeaderBytes > j.size()) return std::nullopt;
+  uint32_t magic;
+  std::memcpy(&magic, j.data() + off, 4);
+  if (magic != kRecordMagic) return std::nullopt;
+  uint16_t type;
+  RecordHeader h;
+  std::memcpy(&type, j.data() + off + 4, 2);
+  h.type = static_cast<RecordType>(type);
+  std::memcpy(&h.version, j.data() + off + 6, 2);
+  std::memcpy(&h.payload_bytes, j.data() + off + 8, 4);
+  std::memcpy(&h.seq, j.data() + off + 16, 8);
+  std::memcpy(&h.checksum, j.data() + off + 24, 8);
+  return h;
+}
 
 std::string_view RecordTypeName(RecordType type) {
   switch (type) {
@@ -268,6 +271,7 @@ ScanResult ScanRecords(std::span<const uint8_t> journal) {
       if (bad_from != UINT64_MAX) {
         out.skipped++;
         out.skipped_bytes += off - bad_from;
+        out.damaged.push_back({bad_from, off - bad_from});
         bad_from = UINT64_MAX;
       }
       out.records.push_back(v);
@@ -283,6 +287,7 @@ ScanResult ScanRecords(std::span<const uint8_t> journal) {
     if (journal.size() > from) {
       out.skipped++;
       out.skipped_bytes += journal.size() - from;
+      out.damaged.push_back({from, journal.size() - from});
     }
   }
   return out;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,7 +29,7 @@ namespace flatcake::durable {
 inline constexpr uint32_t kFormatVersion = 1;
 inline constexpr uint64_t kSuperblockBytes = 4096;
 inline constexpr uint64_t kSuperMagic = 0x00314C4F4F504346ULL;  // "FCPOOL1\0" little-endian
-inline constexpr uint32_t kRecordMagic = 0x4a434643;            // "FCJR"
+inline constexpr uint32_t kRecordMagic = 0x4a434643;            // the bytes "CFCJ"
 inline constexpr uint64_t kRecordHeaderBytes = 32;
 inline constexpr uint64_t kRecordAlign = 8;
 inline constexpr uint32_t kMaxRecordPayload = 64u << 20;
@@ -82,18 +83,46 @@ Result<HeaderRecord> DecodeHeader(std::span<const uint8_t> payload);
 Result<SegmentRecord> DecodeSegment(std::span<const uint8_t> payload);
 Result<uint64_t> DecodeFreeScope(std::span<const uint8_t> payload);
 
+// The bytes a record with a payload of `payload_bytes` takes in the journal: header, payload,
+// padding.
+inline constexpr uint64_t FramedBytes(uint64_t payload_bytes) {
+  return kRecordHeaderBytes + (payload_bytes + kRecordAlign - 1) / kRecordAlign * kRecordAlign;
+}
+
+// A record header's fields, read without verifying the record's checksum: what names a damaged
+// record.
+struct RecordHeader {
+  RecordType type;
+  uint16_t version;
+  uint32_t payload_bytes;
+  uint64_t seq;
+  uint64_t checksum;
+};
+// The header at `offset` of a journal image when the record magic is there; nullopt otherwise
+// (or when fewer than kRecordHeaderBytes remain).
+std::optional<RecordHeader> PeekRecordHeader(std::span<const uint8_t> journal, uint64_t offset);
+
 // A record found by ScanRecords: its type, sequence number and payload (a view into the buffer).
 struct RecordView {
   RecordType type;
   uint64_t seq;
   uint64_t offset;  // in the journal
   std::span<const uint8_t> payload;
+
+  // Its extent in the journal: [offset, offset + framed_bytes()).
+  uint64_t framed_bytes() const { return FramedBytes(payload.size()); }
+};
+// A run of journal bytes that holds no intact record (a damaged or torn record, or several).
+struct DamagedRange {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
 };
 struct ScanResult {
   std::vector<RecordView> records;
-  uint64_t skipped = 0;  // damaged or torn records passed over
+  uint64_t skipped = 0;  // damaged or torn records passed over: damaged.size()
   uint64_t skipped_bytes = 0;
-  uint64_t end = 0;  // bytes up to the end of the last intact record
+  std::vector<DamagedRange> damaged;  // where they lie, in journal order
+  uint64_t end = 0;                   // bytes up to the end of the last intact record
 };
 // Every intact record of a journal image, in order. A damaged record is skipped by resyncing on
 // the next magic at an 8-byte boundary whose record checks out; a torn tail is counted skipped.

@@ -19,8 +19,11 @@
 namespace flatcake {
 namespace {
 
+constexpr std::string_view kFilePrefix = "flatcake-pool-";
+constexpr std::string_view kFileSuffix = ".dat";
+
 std::string PoolFilePath(const std::string& dir, uint32_t index) {
-  return dir + "/flatcake-pool-" + std::to_string(index) + ".dat";
+  return dir + "/" + SsdFilePool::FileName(index);
 }
 
 uint64_t ExistingFileBytes(const std::string& path) {
@@ -30,6 +33,39 @@ uint64_t ExistingFileBytes(const std::string& path) {
 }
 
 }  // namespace
+
+std::string SsdFilePool::FileName(uint32_t index) {
+  return std::string(kFilePrefix) + std::to_string(index) + std::string(kFileSuffix);
+}
+
+std::string SsdFilePool::FilePath(const std::vector<std::string>& dirs, uint32_t index) {
+  return PoolFilePath(dirs[index % dirs.size()], index);
+}
+
+std::optional<uint32_t> SsdFilePool::ParseFileName(std::string_view name) {
+  if (!name.starts_with(kFilePrefix) || !name.ends_with(kFileSuffix)) return std::nullopt;
+  name.remove_prefix(kFilePrefix.size());
+  name.remove_suffix(kFileSuffix.size());
+  if (name.empty() || name.size() > 10 || (name.size() > 1 && name[0] == '0')) return std::nullopt;
+  uint64_t n = 0;
+  for (char c : name) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (n > UINT32_MAX) return std::nullopt;
+  return static_cast<uint32_t>(n);
+}
+
+Result<int> SsdFilePool::LockDirectory(const std::string& dir) {
+  const std::string lock_path = dir + "/flatcake.lock";
+  const int lfd = open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (lfd < 0) return Status::FromErrno(errno, "SSD directory '" + dir + "' lock file");
+  if (flock(lfd, LOCK_EX | LOCK_NB) != 0) {
+    close(lfd);
+    return Status::Busy("SSD directory '" + dir + "' is in use by another FlatCake store or fsck");
+  }
+  return lfd;
+}
 
 Result<std::unique_ptr<SsdFilePool>> SsdFilePool::Create(const Options& o) {
   if (o.dirs.empty()) return Status::InvalidArgument("no SSD directory given");
@@ -64,13 +100,7 @@ Result<std::unique_ptr<SsdFilePool>> SsdFilePool::Create(const Options& o) {
     if (access(dir.c_str(), W_OK | X_OK) != 0) {
       return Status::InvalidArgument("SSD directory '" + dir + "' is not writable");
     }
-    const std::string lock_path = dir + "/flatcake.lock";
-    int lfd = open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-    if (lfd < 0) return Status::FromErrno(errno, "SSD directory '" + dir + "' lock file");
-    if (flock(lfd, LOCK_EX | LOCK_NB) != 0) {
-      close(lfd);
-      return Status::Busy("SSD directory '" + dir + "' is in use by another FlatCake store");
-    }
+    FC_ASSIGN_OR_RETURN(const int lfd, LockDirectory(dir));
     pool->lock_fds_.push_back(lfd);
     struct statvfs vfs {};
     if (statvfs(dir.c_str(), &vfs) != 0) return Status::FromErrno(errno, "statvfs " + dir);
@@ -95,7 +125,7 @@ Result<std::unique_ptr<SsdFilePool>> SsdFilePool::Create(const Options& o) {
   };
   pool->direct_ = o.direct_io != DirectIoMode::kOff;
   for (uint64_t i = 0; i < nfiles; ++i) {
-    const std::string path = PoolFilePath(o.dirs[i % o.dirs.size()], static_cast<uint32_t>(i));
+    const std::string path = FilePath(o.dirs, static_cast<uint32_t>(i));
     const int base_flags = O_CREAT | O_RDWR | O_CLOEXEC;
     int fd = -1;
     if (pool->direct_) {
@@ -132,7 +162,7 @@ Status SsdFilePool::CheckSuperblocks(const Options& o, uint64_t nfiles) {
   std::vector<std::string> paths;
   uint64_t present = 0;
   for (uint64_t i = 0; i < nfiles; ++i) {
-    paths.push_back(PoolFilePath(o.dirs[i % o.dirs.size()], static_cast<uint32_t>(i)));
+    paths.push_back(FilePath(o.dirs, static_cast<uint32_t>(i)));
     struct stat st {};
     if (stat(paths.back().c_str(), &st) == 0) present++;
   }

@@ -20,7 +20,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "flatcake/options.h"
@@ -49,6 +51,16 @@ class SsdFilePool {
   // Validates every directory (exists, writable, enough free space) before creating anything,
   // then creates/opens the files and pre-allocates them.
   static Result<std::unique_ptr<SsdFilePool>> Create(const Options& options);
+
+  // Where file `index` of a pool over `dirs` lives: <dirs[index % dirs.size()]>/FileName(index).
+  static std::string FilePath(const std::vector<std::string>& dirs, uint32_t index);
+  // "flatcake-pool-<index>.dat"; ParseFileName is its inverse (nullopt for any other name).
+  static std::string FileName(uint32_t index);
+  static std::optional<uint32_t> ParseFileName(std::string_view name);
+  // Takes the exclusive flock on <dir>/flatcake.lock (creating it), without waiting: the open
+  // lock file's descriptor (closing it releases the lock), or Busy when a store (or fsck) holds
+  // the directory.
+  static Result<int> LockDirectory(const std::string& dir);
   ~SsdFilePool();
   SsdFilePool(const SsdFilePool&) = delete;
   SsdFilePool& operator=(const SsdFilePool&) = delete;
