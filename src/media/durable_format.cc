@@ -12,9 +12,9 @@ class Writer {
  public:
   template <typename T>
   void Put(T v) {
-    const size_t at = out_.size();
-    out_.resize(at + sizeof(T));
-    std::memcpy(out_.data() + at, &v, sizeof(T));
+    uint8_t bytes[sizeof(T)];
+    std::memcpy(bytes, &v, sizeof(T));
+    out_.insert(out_.end(), bytes, bytes + sizeof(T));
   }
   void PutBytes(const void* p, size_t n) {
     const auto* b = static_cast<const uint8_t*>(p);
@@ -63,7 +63,9 @@ class Reader {
 // checksum u64 (XXH3-64 of the header with this field zero, then the padded payload).
 std::vector<uint8_t> Frame(RecordType type, uint64_t seq, std::vector<uint8_t> payload) {
   const uint32_t n = static_cast<uint32_t>(payload.size());
-  payload.resize((payload.size() + kRecordAlign - 1) / kRecordAlign * kRecordAlign, 0);
+  if (const size_t tail = payload.size() % kRecordAlign; tail != 0) {
+    payload.insert(payload.end(), kRecordAlign - tail, 0);
+  }
   Writer w;
   w.Put<uint32_t>(kRecordMagic);
   w.Put<uint16_t>(static_cast<uint16_t>(type));

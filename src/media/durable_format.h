@@ -71,6 +71,7 @@ struct SegmentRecord {
   uint64_t bytes = 0;
   std::vector<Key> keys;            // num_blocks
   std::vector<uint64_t> checksums;  // num_blocks: BlockChecksum of each block
+  uint64_t seq = 0;  // not encoded: the record's sequence number, set by whoever read it
 };
 
 // One record, ready to append: header + payload + padding.

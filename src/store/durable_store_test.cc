@@ -343,3 +343,33 @@ TEST(DurableStore, FileBackedDramOutlivesTheProcess) {
 
 }  // namespace
 }  // namespace flatcake
+
+namespace flatcake {
+namespace {
+
+TEST(DurableStore, ATornHeaderRecordLosesNothing) {
+  TempDir dir;
+  const auto a = MakeKeys(30, 0, 6);
+  std::string journal;
+  {
+    auto s = Open(Options(dir.path()));
+    Put(*s, a, MediaType::kSsd, "a");
+    journal = s->GetInfo().journal_path;
+  }
+  const int fd = open(journal.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const uint8_t junk[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  ASSERT_EQ(pwrite(fd, junk, sizeof(junk), 36), 8);  // inside the header record's payload
+  close(fd);
+  {
+    auto s = Open(Options(dir.path()));
+    EXPECT_EQ(s->GetInfo().skipped_records, 1u);
+    EXPECT_EQ(Served(*s, a), All(a.size(), 1));
+  }
+  auto s = Open(Options(dir.path()));  // rewritten with a good header at the last open
+  EXPECT_EQ(s->GetInfo().skipped_records, 0u);
+  EXPECT_EQ(Served(*s, a), All(a.size(), 1));
+}
+
+}  // namespace
+}  // namespace flatcake

@@ -44,6 +44,10 @@ FlatStore::~FlatStore() {
     sync_cv_.NotifyAll();
     syncer_.join();
   }
+  if (Durable(MediaType::kSsd) && options_.sync != SyncMode::kNone) {
+    // A clean close leaves everything synced (data first, then the records naming it).
+    if (ssd_->SyncData().ok()) (void)journal_[static_cast<int>(MediaType::kSsd)]->Sync();
+  }
   StopScheduler();
   // The reader drains its restores through the engine, and the engine references the pool's fds:
   // stop both before the pool closes its files.
@@ -571,7 +575,14 @@ uint64_t FlatStore::ReclaimLocked(MediaType medium, uint64_t target_used, uint32
     mc.reclaimed.fetch_add(bytes, std::memory_order_relaxed);
     mc.scopes_reclaimed.fetch_add(1, std::memory_order_relaxed);
   }
-  if (freed > 0) MaybeCompactJournalLocked(medium);
+  if (freed > 0 && Durable(medium)) {
+    // sync=every: the free records are durable before the extents can be reused.
+    if (medium == MediaType::kSsd && options_.sync == SyncMode::kEvery &&
+        !journal_[static_cast<int>(medium)]->Sync().ok()) {
+      journal_errors_.fetch_add(1, std::memory_order_relaxed);
+    }
+    MaybeCompactJournalLocked(medium);
+  }
   return freed;
 }
 
@@ -599,6 +610,17 @@ void FlatStore::Clear() {
   clearing_ = cleared;
   for (MediaType m : {MediaType::kDram, MediaType::kSsd}) ReclaimLocked(m, 0, UINT32_MAX);
   clearing_ = false;
+  if (cleared) {
+    // What Clear could not free (pinned) is covered by its record all the same: no rewrite may
+    // write its committed segments again.
+    for (uint32_t i = 0; i < options_.max_scopes; ++i) {
+      ScopeSlot& s = scopes_[i];
+      if (!s.live() || !Durable(s.medium)) continue;
+      for (Segment& seg : s.segments) {
+        if (seg.first_key != Segment::kUncommitted) seg.cleared = true;
+      }
+    }
+  }
   sessions_.clear();
   tails_.clear();
   for (MediaType m : {MediaType::kDram, MediaType::kSsd}) MaybeCompactJournalLocked(m);

@@ -70,6 +70,7 @@ Status FlatStore::OpenJournal(MediaType m) {
   const durable::ScanResult scan = durable::ScanRecords(journal->image());
   info_.recovery_read_bytes +=
       journal->image().size() + (ssd ? ssd_->num_files() * durable::kSuperblockBytes : 0);
+  const uint64_t skipped_before = info_.skipped_records;
   Status st = Recover(m, scan);
   journal->ReleaseImage();
   FC_RETURN_IF_ERROR(st);
@@ -79,7 +80,10 @@ Status FlatStore::OpenJournal(MediaType m) {
   MutexLock lock(mu_);
   // Start from a compact journal when the old one is mostly dead records or ends in a torn one.
   const uint64_t live = live_journal_bytes_[static_cast<int>(m)];
-  if (scan.skipped > 0 || journal->bytes() > kRewriteFactor * live + kRewriteMinBytes) {
+  // Anything recovery skipped (torn, damaged, overlapped) is left out of the new journal, so it
+  // is not skipped again at every open (nor revived once what overlapped it is gone).
+  if (info_.skipped_records > skipped_before ||
+      journal->bytes() > kRewriteFactor * live + kRewriteMinBytes) {
     return RewriteJournalLocked(m);
   }
   return Status::OK();
@@ -93,7 +97,6 @@ Status FlatStore::Recover(MediaType m, const durable::ScanResult& scan) {
   std::map<uint64_t, std::vector<durable::SegmentRecord>> live;
   std::map<uint64_t, uint64_t> record_bytes;
   uint64_t skipped = scan.skipped, max_seq = 0, max_uid = 0;
-  bool header_seen = false;
   for (const durable::RecordView& r : scan.records) {
     max_seq = std::max(max_seq, r.seq);
     switch (r.type) {
@@ -108,15 +111,17 @@ Status FlatStore::Recover(MediaType m, const durable::ScanResult& scan) {
                    : "arena than '" + options_.dram_path + "'") +
               "; to discard it and start empty, open with wipe=true (--wipe)");
         }
-        header_seen = true;
         break;
       }
       case RecordType::kSegment: {
         auto seg = durable::DecodeSegment(r.payload);
-        if (!seg.ok() || !header_seen) {
+        if (!seg.ok()) {
           skipped++;
           break;
         }
+        // A torn or missing header only loses the check that the journal is this pool's; the
+        // superblocks matched, and every block is still checked against its checksum.
+        seg->seq = r.seq;
         max_uid = std::max(max_uid, seg->scope_uid);
         record_bytes[seg->scope_uid] +=
             durable::kRecordHeaderBytes + (r.payload.size() + 7) / 8 * 8;
@@ -141,15 +146,16 @@ Status FlatStore::Recover(MediaType m, const durable::ScanResult& scan) {
     }
   }
 
-  // 2. Rebuild, oldest scope first; an extent claimed twice goes to the newer segment, so walk
-  // newest first when claiming and keep what was claimed.
+  // 2. Rebuild, oldest scope first; an extent claimed twice goes to the segment committed last (a
+  // lost free record let an older claim survive), so claim in descending journal order.
   std::vector<std::pair<uint64_t, const durable::SegmentRecord*>> by_age;  // newest first
   for (auto& [uid, segs] : live) {
     std::sort(segs.begin(), segs.end(),
               [](const auto& a, const auto& b) { return a.segment_no < b.segment_no; });
     for (const auto& seg : segs) by_age.emplace_back(uid, &seg);
   }
-  std::reverse(by_age.begin(), by_age.end());
+  std::sort(by_age.begin(), by_age.end(),
+            [](const auto& a, const auto& b) { return a.second->seq > b.second->seq; });
   std::map<const durable::SegmentRecord*, bool> claimed;
   const uint64_t fb = ssd ? ssd_->file_bytes() : dram_->capacity();
   for (const auto& [uid, seg] : by_age) {
@@ -352,7 +358,8 @@ Status FlatStore::RewriteJournalLocked(MediaType m) {
       const size_t before = out.size();
       for (uint32_t n = 0; n < s.segments.size(); ++n) {
         const Segment& seg = s.segments[n];
-        if (seg.first_key == Segment::kUncommitted) continue;  // being written, or failed
+        // Being written, failed, or covered by a Clear record (a scope Clear could not free).
+        if (seg.first_key == Segment::kUncommitted || seg.cleared) continue;
         const size_t k = seg.first_key;
         durable::SegmentRecord rec;
         rec.scope_uid = s.uid;

@@ -358,8 +358,6 @@ void PoolChecker::Replay() {
         auto seg = durable::DecodeSegment(v.payload);
         if (!seg.ok()) {
           skip("segment record: " + std::string(seg.status().message()));
-        } else if (!header_seen) {
-          skip("segment record before the journal's header record");
         } else {
           live_[seg->scope_uid].push_back(LiveSegment{std::move(*seg), v.offset});
         }
@@ -384,7 +382,7 @@ void PoolChecker::Replay() {
   }
 }
 
-// Recovery's claims: newest segment first (highest scope uid, then segment number), each takes
+// Recovery's claims: newest segment first (the last committed, in journal order), each takes
 // its extent unless it is malformed or overlaps one taken already; then a scope keeps only the
 // segments of its first claimed segment's layout.
 void PoolChecker::Claim() {
@@ -394,7 +392,11 @@ void PoolChecker::Claim() {
               [](const auto& a, const auto& b) { return a.rec.segment_no < b.rec.segment_no; });
     for (LiveSegment& s : segs) newest_first.push_back(&s);
   }
-  std::reverse(newest_first.begin(), newest_first.end());
+  // Journal order is commit order: the record written last wins an extent (as in recovery).
+  std::sort(newest_first.begin(), newest_first.end(),
+            [](const LiveSegment* a, const LiveSegment* b) {
+              return a->record_offset > b->record_offset;
+            });
   const uint64_t fb = r_.file_bytes;
   const uint64_t capacity = uint64_t{r_.files} * fb;
   std::map<uint64_t, const LiveSegment*> taken;  // extent base -> its segment

@@ -44,6 +44,9 @@ struct Segment {
   // record is written (concurrent batches may commit out of order); kUncommitted before.
   static constexpr uint32_t kUncommitted = UINT32_MAX;
   uint32_t first_key = kUncommitted;
+  // Durable scopes that outlived a Clear (pinned by a reader or a put): committed before the
+  // Clear record, so gone after a restart; a journal rewrite must not bring it back.
+  bool cleared = false;
 };
 
 class ScopeSlot {
