@@ -581,7 +581,10 @@ void FlatStore::Clear() {
     // One record frees every segment committed before it. Scopes a reader still pins stay until
     // they are reclaimed, but are gone after a restart either way.
     Status st = journal_->Append([](uint64_t seq) { return durable::EncodeClear(seq); });
-    if (st.ok() && options_.sync != SyncMode::kNone) st = journal_->Sync();
+    if (st.ok() && options_.sync != SyncMode::kNone) {
+      st = journal_->Sync();
+      if (st.ok()) NotifySync(true);
+    }
     if (!st.ok()) journal_errors_.fetch_add(1, std::memory_order_relaxed);
     clearing_ = st.ok();
   }

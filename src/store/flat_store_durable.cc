@@ -250,6 +250,7 @@ Status FlatStore::CommitSegment(ScopeSlot& scope, const PendingSegment& ps,
     const int fd = ssd_->fds()[ssd_->FileOf(ps.seg.base)];
     if (fdatasync(fd) != 0) return Status::FromErrno(errno, "fdatasync SSD segment");
     syncs_.fetch_add(1, std::memory_order_relaxed);
+    NotifySync(false, ssd_->FileOf(ps.seg.base));
   }
   durable::SegmentRecord rec;
   rec.segment_no = ps.segment_no;
@@ -290,6 +291,7 @@ Status FlatStore::CommitSegment(ScopeSlot& scope, const PendingSegment& ps,
   if (options_.sync == SyncMode::kEvery) {
     Status st = journal_->Sync();
     if (!st.ok()) return st.WithContext("SSD segment commit record");
+    NotifySync(true);
   }
   return Status::OK();
 }
@@ -354,6 +356,7 @@ Status FlatStore::RewriteJournalLocked() {
   if (!st.ok()) return st;
   live_journal_bytes_ = live;
   journal_rewrites_.fetch_add(1, std::memory_order_relaxed);
+  NotifySync(true);
   return Status::OK();
 }
 
@@ -364,13 +367,30 @@ void FlatStore::SyncLoop() {
     if (stop_syncer_) break;
     // Data first, then the records that name it.
     Status st = ssd_->SyncData();
-    if (st.ok()) st = journal_->Sync();
     if (st.ok()) {
+      NotifySync(false);
+      st = journal_->Sync();
+    }
+    if (st.ok()) {
+      NotifySync(true);
       syncs_.fetch_add(1, std::memory_order_relaxed);
     } else {
       journal_errors_.fetch_add(1, std::memory_order_relaxed);
     }
   }
+}
+
+void FlatStore::TEST_SetSyncListener(std::function<void(const SyncEvent&)> listener) {
+  MutexLock lock(sync_listener_mu_);
+  sync_listener_ = std::move(listener);
+}
+
+void FlatStore::NotifySync(bool journal, uint32_t file) {
+  MutexLock lock(sync_listener_mu_);
+  if (!sync_listener_) return;
+  // Read under the listener's lock, so that the listener never sees the journal's durable length
+  // go back (a later sync's notice overtaking an earlier one's).
+  sync_listener_(SyncEvent{journal, file, journal ? journal_->synced_bytes() : 0});
 }
 
 }  // namespace flatcake
