@@ -313,7 +313,7 @@ void FlatStore::MaybeCompactJournalLocked() {
 Status FlatStore::RewriteJournalLocked() {
   // The header, then one record per segment of every live SSD scope, rebuilt from memory.
   uint64_t live = 0;
-  Status st = journal_->Rewrite([&](uint64_t* seq) {
+  Status st = journal_->Rewrite([&](uint64_t* seq) REQUIRES(mu_) {
     std::vector<uint8_t> out;
     auto add = [&](std::vector<uint8_t> rec) { out.insert(out.end(), rec.begin(), rec.end()); };
     durable::HeaderRecord h;
