@@ -94,18 +94,18 @@ inline VerifyCounts VerifyAndSettle(Store& store, KeyModel& model) {
   };
   constexpr size_t kChunk = 32;
   std::vector<uint8_t> want(kLargestDurableBlock);
+  // By layout: every key that may be served, and every other one the index holds (a Lookup miss
+  // cannot be served, which keeps the check of the many freed keys cheap).
+  std::array<std::vector<uint64_t>, kDurableLayouts.size()> to_read;
+  for (const auto& [id, e] : model.keys) {
+    const Key k = model.KeyOf(id);
+    const bool present = store.Exists(std::span<const Key>(&k, 1)) == 1;
+    c.present += present;
+    if (present || e.expect != Expect::kNotServed) to_read[e.layout].push_back(id);
+  }
   for (uint8_t li = 0; li < kDurableLayouts.size(); ++li) {
     const KvLayout& layout = kDurableLayouts[li];
-    // Every key that may be served, and every other one the index holds (a Lookup miss cannot be
-    // served, which keeps the check of the many freed keys cheap).
-    std::vector<uint64_t> ids;
-    for (const auto& [id, e] : model.keys) {
-      if (e.layout != li) continue;
-      const Key k = model.KeyOf(id);
-      const bool present = store.Exists(std::span<const Key>(&k, 1)) == 1;
-      c.present += present;
-      if (present || e.expect != Expect::kNotServed) ids.push_back(id);
-    }
+    const std::vector<uint64_t>& ids = to_read[li];
     HostBlocks dst(layout, kChunk);
     for (size_t at = 0; at < ids.size(); at += kChunk) {
       const size_t n = std::min(kChunk, ids.size() - at);
