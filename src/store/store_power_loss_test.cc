@@ -46,16 +46,16 @@ using testing::KeyModel;
 constexpr int kRounds = 80;
 constexpr uint64_t kSector = 4096;
 
-// What the store has made durable so far, from its sync listener: the journal's durable length,
-// and how many journal and data syncs happened (the interval syncer's notices come from its own
-// thread).
+// What the store has made durable so far, from its sync listener: the journal's durable length
+// and the writes not yet synced (through the engine's log), and how many syncs of every pool file
+// the interval syncer made (its notices come from its own thread).
 class SyncRecorder {
  public:
   struct Snapshot {
     uint64_t journal_durable = 0;
-    uint64_t journal_syncs = 0;
-    // Data syncs that had completed at the last journal sync: a record appended after data sync
-    // k started names data that sync k made durable.
+    // Syncs of every pool file completed at the last journal sync. A put that returned when d
+    // had completed is durable once this reaches d + 2: sync d + 2 started after the put
+    // returned, and the journal sync after it covers the put's record.
     uint64_t data_syncs_at_journal_sync = 0;
     std::vector<LoggedWrite> unsynced;
   };
@@ -70,7 +70,6 @@ class SyncRecorder {
     std::lock_guard<std::mutex> lock(mu_);
     if (e.journal) {
       journal_durable_ = e.journal_bytes;
-      journal_syncs_++;
       data_syncs_at_journal_sync_ = data_syncs_;
       return;
     }
@@ -81,10 +80,6 @@ class SyncRecorder {
       engine_.ForgetWrites(e.file);
     }
   }
-  uint64_t journal_syncs() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return journal_syncs_;
-  }
   uint64_t data_syncs() {
     std::lock_guard<std::mutex> lock(mu_);
     return data_syncs_;
@@ -92,15 +87,14 @@ class SyncRecorder {
   // The state a power loss now would leave.
   Snapshot Take() {
     std::lock_guard<std::mutex> lock(mu_);
-    return Snapshot{journal_durable_, journal_syncs_, data_syncs_at_journal_sync_,
-                    engine_.UnsyncedWrites()};
+    return Snapshot{journal_durable_, data_syncs_at_journal_sync_, engine_.UnsyncedWrites()};
   }
 
  private:
   std::mutex mu_;
   FaultInjectionIoEngine& engine_;
   uint64_t journal_durable_ = 0;
-  uint64_t journal_syncs_ = 0, data_syncs_ = 0, data_syncs_at_journal_sync_ = 0;
+  uint64_t data_syncs_ = 0, data_syncs_at_journal_sync_ = 0;
 };
 
 struct LossCounts {
@@ -209,7 +203,12 @@ struct Totals {
   uint64_t freed_back = 0;  // keys freed without a sync that the loss brought back
 };
 
-// A free that is durable whatever the syncs seen: Clear's under sync=every or interval.
+// Where the journal stood when an operation returned: its length and how many rewrites it had.
+struct JournalMark {
+  uint64_t bytes;
+  uint64_t rewrites;
+};
+// A free durable whatever the syncs seen: Clear's under sync=every or interval.
 constexpr uint64_t kDurableFree = UINT64_MAX;
 
 class PowerLossTest : public ::testing::TestWithParam<SyncMode> {
@@ -260,15 +259,15 @@ class PowerLossTest : public ::testing::TestWithParam<SyncMode> {
       const Key k = model_.KeyOf(id);
       if (store->Exists(std::span<const Key>(&k, 1)) == 1) live.push_back(id);
     }
-    std::map<uint64_t, uint64_t> freed;      // id -> journal syncs before its free record
+    // id -> the journal's length once the operation that freed it returned (its free record is
+    // durable once the journal is synced that far, or rewritten since).
+    std::map<uint64_t, JournalMark> freed;
     std::map<uint64_t, uint64_t> published;  // id -> data syncs when its put returned
     // The pool keeps working: a put read back at once.
     ASSERT_TRUE(PutAndCheck(*store, rec, &live, &published, /*read_back=*/true));
     const bool mid_put = rng_() % 2 == 0;
     const int ops = 2 + static_cast<int>(rng_() % 10);
-    const bool async_syncs = GetParam() == SyncMode::kInterval;
     for (int i = 0; i <= ops; ++i) {
-      const uint64_t syncs_before = rec.journal_syncs();
       const uint32_t r = static_cast<uint32_t>(rng_() % 100);
       bool durable_free = false;
       if (i == ops) {
@@ -293,15 +292,14 @@ class PowerLossTest : public ::testing::TestWithParam<SyncMode> {
       } else {
         PutAndCheck(*store, rec, &live, &published, false);
       }
-      // Keys freed by it: gone for good once a journal sync follows their free record (under
-      // the interval syncer, one that follows the whole operation).
-      const uint64_t tag = durable_free  ? kDurableFree
-                           : async_syncs ? rec.journal_syncs()
-                                         : syncs_before;
+      // Keys freed by it: gone for good once the journal is durable past their free record.
+      const StoreStats stats = store->GetStats();
+      const JournalMark mark{durable_free ? kDurableFree : stats.journal_bytes,
+                             stats.journal_rewrites};
       std::erase_if(live, [&](uint64_t id) {
         const Key k = model_.KeyOf(id);
         if (store->Exists(std::span<const Key>(&k, 1)) == 1) return false;
-        freed[id] = tag;
+        freed[id] = mark;
         return true;
       });
     }
@@ -312,8 +310,11 @@ class PowerLossTest : public ::testing::TestWithParam<SyncMode> {
       // Two interval syncs after the put returned, the second one's data sync started after it.
       if (snap.data_syncs_at_journal_sync >= d0 + 2) model_.keys[id].expect = Expect::kServed;
     }
-    for (const auto& [id, tag] : freed) {
-      const bool durably = tag == kDurableFree || snap.journal_syncs > tag;
+    const uint64_t rewrites = store->GetStats().journal_rewrites;
+    for (const auto& [id, mark] : freed) {
+      // (A rewrite writes only the live scopes, and makes them durable.)
+      const bool durably = mark.bytes == kDurableFree || rewrites > mark.rewrites ||
+                           snap.journal_durable >= mark.bytes;
       t_.freed_durably += durably;
       KeyModel::Entry& e = model_.keys[id];
       if (e.expect == Expect::kNotServed) continue;  // lost before: it stays lost
