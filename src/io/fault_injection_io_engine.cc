@@ -1,7 +1,12 @@
 #include "io/fault_injection_io_engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
 #include <vector>
+
+#include "util/aligned_buffer.h"
 
 namespace flatcake {
 namespace {
@@ -72,6 +77,74 @@ FaultInjectionIoEngine::Counters FaultInjectionIoEngine::counters() const {
   return counters_;
 }
 
+Status FaultInjectionIoEngine::RegisterFiles(std::span<const int> fds) {
+  {
+    MutexLock lock(mu_);
+    fds_.assign(fds.begin(), fds.end());
+  }
+  return base_->RegisterFiles(fds);
+}
+
+void FaultInjectionIoEngine::StartWriteLog() {
+  MutexLock lock(mu_);
+  logging_ = true;
+}
+
+void FaultInjectionIoEngine::StopWriteLog() {
+  MutexLock lock(mu_);
+  logging_ = false;
+  log_.clear();
+}
+
+void FaultInjectionIoEngine::ForgetWrites(std::optional<uint32_t> file) {
+  MutexLock lock(mu_);
+  std::erase_if(log_, [&](const LoggedWrite& w) { return !file || w.file == *file; });
+}
+
+std::vector<LoggedWrite> FaultInjectionIoEngine::UnsyncedWrites() const {
+  MutexLock lock(mu_);
+  return log_;
+}
+
+void FaultInjectionIoEngine::LogWrite(const IoOp& op) {
+  int fd = -1;
+  {
+    MutexLock lock(mu_);
+    if (!logging_) return;
+    if (op.file < fds_.size()) fd = fds_[op.file];
+  }
+  LoggedWrite w;
+  w.file = op.file;
+  w.offset = op.offset;
+  w.after.resize(op.len);
+  if (op.vectored()) {
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < op.iovcnt && at < op.len; ++i) {
+      const uint64_t n = std::min<uint64_t>(op.iov[i].iov_len, op.len - at);
+      std::memcpy(w.after.data() + at, op.iov[i].iov_base, n);
+      at += n;
+    }
+  } else {
+    std::memcpy(w.after.data(), op.buf, op.len);
+  }
+  // The old bytes, through an aligned buffer (the file may be open O_DIRECT; the store's writes
+  // are aligned).
+  Result<AlignedBuffer> old = AlignedBuffer::Allocate(op.len, {.alignment = 4096});
+  if (fd >= 0 && old.ok()) {
+    uint64_t got = 0;
+    while (got < op.len) {
+      const ssize_t r =
+          ::pread(fd, old->data() + got, op.len - got, static_cast<off_t>(op.offset + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += static_cast<uint64_t>(r);
+    }
+    if (got == op.len) w.before.assign(old->data(), old->data() + op.len);
+  }
+  MutexLock lock(mu_);
+  if (logging_) log_.push_back(std::move(w));
+}
+
 std::optional<FaultSpec> FaultInjectionIoEngine::Pick(const IoOp& op) {
   MutexLock lock(mu_);
   const bool read = op.opcode == IoOpcode::kRead;
@@ -99,6 +172,7 @@ void FaultInjectionIoEngine::Submit(std::span<const IoOp> ops, IoCompletionSink*
   for (const IoOp& op : ops) {
     std::optional<FaultSpec> fault = Pick(op);
     if (!fault) {
+      if (op.opcode == IoOpcode::kWrite) LogWrite(op);
       pass.push_back(op);
       continue;
     }
@@ -127,6 +201,7 @@ void FaultInjectionIoEngine::Submit(std::span<const IoOp> ops, IoCompletionSink*
       head.iovcnt = IoVecRemainder(op, 0, prefix, short_sink->iov.data(), op.iovcnt);
       head.iov = short_sink->iov.data();
     }
+    if (op.opcode == IoOpcode::kWrite) LogWrite(head);
     base_->Submit(std::span<const IoOp>(&head, 1), short_sink);
   }
   if (!pass.empty()) base_->Submit(pass, sink);

@@ -12,8 +12,14 @@
 // (IoOp::iov) are picked and faulted the same way: a short one moves its first prefix_bytes into
 // the iovecs they belong to, and nothing past them.
 //
-// Thread safety: Submit may be called concurrently; specs and counters are guarded by mu_. Spec
-// changes apply to ops submitted afterwards.
+// The write log, for power-loss tests: while it is on, every write that reaches the wrapped engine
+// (for a torn one, the part that does) is recorded before it is passed on, with the bytes it
+// overwrites, read from the registered file first. ForgetWrites drops a file's entries once the
+// test learns that file was synced, so the log holds exactly the writes a power loss may still
+// drop or tear.
+//
+// Thread safety: Submit may be called concurrently; specs, counters and the log are guarded by
+// mu_. Spec changes apply to ops submitted afterwards.
 #pragma once
 
 #include <cerrno>
@@ -21,6 +27,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "io/io_engine.h"
 #include "util/thread_annotations.h"
@@ -37,6 +44,14 @@ struct FaultSpec {
   uint64_t range_end = std::numeric_limits<uint64_t>::max();
   uint64_t max_faults = std::numeric_limits<uint64_t>::max();
   std::optional<uint64_t> prefix_bytes;  // kShort: bytes transferred before the fault
+};
+
+// A write the log holds.
+struct LoggedWrite {
+  uint32_t file = 0;
+  uint64_t offset = 0;
+  std::vector<uint8_t> before;  // the bytes it overwrote; empty when they could not be read
+  std::vector<uint8_t> after;   // the bytes it wrote
 };
 
 class FaultInjectionIoEngine : public IoEngine {
@@ -64,7 +79,15 @@ class FaultInjectionIoEngine : public IoEngine {
   void Clear();
   Counters counters() const;
 
-  Status RegisterFiles(std::span<const int> fds) override { return base_->RegisterFiles(fds); }
+  // Starts logging writes (StopWriteLog stops and drops the log).
+  void StartWriteLog();
+  void StopWriteLog();
+  // Drops the logged writes of file `file` (nullopt: of every file): they are durable now.
+  void ForgetWrites(std::optional<uint32_t> file = std::nullopt);
+  // The writes logged and not forgotten, oldest first.
+  std::vector<LoggedWrite> UnsyncedWrites() const;
+
+  Status RegisterFiles(std::span<const int> fds) override;
   void Submit(std::span<const IoOp> ops, IoCompletionSink* sink) override;
   std::string_view name() const override { return base_->name(); }
   Status RegisterBuffers(std::span<const IoBufferRegion> regions) override {
@@ -83,6 +106,8 @@ class FaultInjectionIoEngine : public IoEngine {
   };
   // Returns the spec to apply to `op`, if it is picked; advances the rule's counters.
   std::optional<FaultSpec> Pick(const IoOp& op);
+  // Logs write `op` (its first op.len bytes), if the log is on.
+  void LogWrite(const IoOp& op);
 
   std::unique_ptr<IoEngine> owned_;
   IoEngine* base_;
@@ -90,6 +115,9 @@ class FaultInjectionIoEngine : public IoEngine {
   std::optional<Rule> read_rule_ GUARDED_BY(mu_);
   std::optional<Rule> write_rule_ GUARDED_BY(mu_);
   Counters counters_ GUARDED_BY(mu_);
+  std::vector<int> fds_ GUARDED_BY(mu_);
+  bool logging_ GUARDED_BY(mu_) = false;
+  std::vector<LoggedWrite> log_ GUARDED_BY(mu_);
 };
 
 }  // namespace flatcake

@@ -217,6 +217,48 @@ TEST_P(EngineTest, ShortReadAndTornWriteInjection) {
   EXPECT_EQ(fi.counters().short_reads, 1u);
 }
 
+// The write log holds each write that reached the file (a torn one's landed part), with the bytes
+// it overwrote, until the file is forgotten as synced.
+TEST_P(EngineTest, WriteLogRecordsUnsyncedWritesWithTheirOldBytes) {
+  int fds[2] = {Open("log0", false), Open("log1", false)};
+  FaultInjectionIoEngine fi(*engine_);
+  ASSERT_TRUE(fi.RegisterFiles(fds).ok());
+  std::vector<uint8_t> old(16384, 0x11), fresh(16384, 0x22);
+  IoOp init[2] = {{IoOpcode::kWrite, 0, 0, old.data(), old.size(), 0},
+                  {IoOpcode::kWrite, 1, 0, old.data(), old.size(), 1}};
+  ASSERT_TRUE(ExecuteSync(fi, init).ok());  // before the log starts: not logged
+  fi.StartWriteLog();
+  IoOp w0{IoOpcode::kWrite, 0, 4096, fresh.data(), 8192, 0};
+  ASSERT_TRUE(ExecuteSync(fi, {&w0, 1}).ok());
+  FaultSpec torn;
+  torn.kind = FaultSpec::Kind::kShort;
+  torn.prefix_bytes = 4096;
+  fi.SetWriteFault(torn);
+  IoOp w1{IoOpcode::kWrite, 1, 0, fresh.data(), 12288, 1};
+  EXPECT_FALSE(ExecuteSync(fi, {&w1, 1}).ok());
+  fi.ClearWrites();
+
+  std::vector<LoggedWrite> log = fi.UnsyncedWrites();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[0].file, 0u);
+  EXPECT_EQ(log[0].offset, 4096u);
+  EXPECT_EQ(log[0].before, std::vector<uint8_t>(8192, 0x11));
+  EXPECT_EQ(log[0].after, std::vector<uint8_t>(8192, 0x22));
+  EXPECT_EQ(log[1].file, 1u);
+  EXPECT_EQ(log[1].after.size(), 4096u);  // only the part that landed
+  EXPECT_EQ(log[1].before, std::vector<uint8_t>(4096, 0x11));
+
+  fi.ForgetWrites(0);
+  log = fi.UnsyncedWrites();
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0].file, 1u);
+  fi.ForgetWrites();
+  EXPECT_TRUE(fi.UnsyncedWrites().empty());
+  fi.StopWriteLog();
+  ASSERT_TRUE(ExecuteSync(fi, {&w0, 1}).ok());
+  EXPECT_TRUE(fi.UnsyncedWrites().empty());
+}
+
 TEST_P(EngineTest, FaultByRangeOnlyHitsOverlappingOps) {
   int fd = Open("r", false);
   ASSERT_TRUE(testing::WritePatternFile(dir_.File("r"), 0, 1 << 20));

@@ -577,9 +577,12 @@ uint64_t FlatStore::ReclaimLocked(MediaType medium, uint64_t target_used, uint32
   }
   if (freed > 0 && Durable(medium)) {
     // sync=every: the free records are durable before the extents can be reused.
-    if (medium == MediaType::kSsd && options_.sync == SyncMode::kEvery &&
-        !journal_[static_cast<int>(medium)]->Sync().ok()) {
-      journal_errors_.fetch_add(1, std::memory_order_relaxed);
+    if (medium == MediaType::kSsd && options_.sync == SyncMode::kEvery) {
+      if (journal_[static_cast<int>(medium)]->Sync().ok()) {
+        NotifySync(true);
+      } else {
+        journal_errors_.fetch_add(1, std::memory_order_relaxed);
+      }
     }
     MaybeCompactJournalLocked(medium);
   }
@@ -603,7 +606,10 @@ void FlatStore::Clear() {
     if (!Durable(m)) continue;
     Journal& j = *journal_[static_cast<int>(m)];
     Status st = j.Append([](uint64_t seq) { return durable::EncodeClear(seq); });
-    if (st.ok() && m == MediaType::kSsd && options_.sync != SyncMode::kNone) st = j.Sync();
+    if (st.ok() && m == MediaType::kSsd && options_.sync != SyncMode::kNone) {
+      st = j.Sync();
+      if (st.ok()) NotifySync(true);
+    }
     if (!st.ok()) journal_errors_.fetch_add(1, std::memory_order_relaxed);
     cleared = cleared && st.ok();
   }

@@ -67,6 +67,20 @@ class FlatStore final : public Store {
   // Fails `job` with Aborted unless it is done (RestoreHandle::Cancel).
   void CancelRestore(const std::shared_ptr<RestoreJob>& job);
 
+  // A sync that made SSD writes durable: of pool data (one file, or all of them), or of the
+  // journal, whose durable length is then journal_bytes.
+  struct SyncEvent {
+    static constexpr uint32_t kAllFiles = UINT32_MAX;
+    bool journal = false;
+    uint32_t file = kAllFiles;
+    uint64_t journal_bytes = 0;
+  };
+  // Test hook (power-loss tests): `listener` runs after each such sync, on the thread that synced
+  // (a put's, Clear's, a journal rewrite's or the interval syncer's), one call at a time; it must
+  // not call the store. Null removes it.
+  void TEST_SetSyncListener(std::function<void(const SyncEvent&)> listener)
+      EXCLUDES(sync_listener_mu_);
+
  private:
   // FC-MAS's executor: starts an admitted request's prefetch (flat_store_restore.cc).
   class Executor final : public PrefetchExecutor {
@@ -152,6 +166,9 @@ class FlatStore final : public Store {
   Status RewriteJournalLocked(MediaType m) REQUIRES(mu_);
   void SyncLoop();
   bool Durable(MediaType m) const { return journal_[static_cast<int>(m)] != nullptr; }
+  // Tells the sync listener, if any, that pool file `file` (SyncEvent::kAllFiles: every one) or,
+  // when `journal`, the journal is durable now.
+  void NotifySync(bool journal, uint32_t file = SyncEvent::kAllFiles) EXCLUDES(sync_listener_mu_);
 
   // --- read path (flat_store_read.cc) ---
   // Looks up every key of a restore and pins the scopes of its hits into `job` (hits, dram_hits,
@@ -214,6 +231,8 @@ class FlatStore final : public Store {
   CondVar sync_cv_;
   bool stop_syncer_ GUARDED_BY(sync_mu_) = false;
   std::atomic<uint64_t> journal_rewrites_{0}, journal_errors_{0}, syncs_{0};
+  Mutex sync_listener_mu_;
+  std::function<void(const SyncEvent&)> sync_listener_ GUARDED_BY(sync_listener_mu_);
 
   Executor executor_{this};
   std::unique_ptr<MasScheduler> sched_;

@@ -278,6 +278,7 @@ Status FlatStore::CommitSegment(ScopeSlot& scope, const PendingSegment& ps,
     const int fd = ssd_->fds()[ssd_->FileOf(ps.seg.base)];
     if (fdatasync(fd) != 0) return Status::FromErrno(errno, "fdatasync SSD segment");
     syncs_.fetch_add(1, std::memory_order_relaxed);
+    NotifySync(false, ssd_->FileOf(ps.seg.base));
   }
   durable::SegmentRecord rec;
   rec.segment_no = ps.segment_no;
@@ -318,6 +319,7 @@ Status FlatStore::CommitSegment(ScopeSlot& scope, const PendingSegment& ps,
   if (sync_every) {
     Status st = journal.Sync();
     if (!st.ok()) return st.WithContext("SSD segment commit record");
+    NotifySync(true);
   }
   return Status::OK();
 }
@@ -342,7 +344,7 @@ Status FlatStore::RewriteJournalLocked(MediaType m) {
   // The header, then one record per segment of every live scope of the medium, from memory.
   const int mi = static_cast<int>(m);
   uint64_t live = 0;
-  Status st = journal_[mi]->Rewrite([&](uint64_t* seq) {
+  Status st = journal_[mi]->Rewrite([&](uint64_t* seq) REQUIRES(mu_) {
     std::vector<uint8_t> out;
     auto add = [&](std::vector<uint8_t> rec) { out.insert(out.end(), rec.begin(), rec.end()); };
     durable::HeaderRecord h;  // a DRAM arena: no files, its capacity
@@ -386,6 +388,7 @@ Status FlatStore::RewriteJournalLocked(MediaType m) {
   if (!st.ok()) return st;
   live_journal_bytes_[mi] = live;
   journal_rewrites_.fetch_add(1, std::memory_order_relaxed);
+  if (m == MediaType::kSsd) NotifySync(true);
   return Status::OK();
 }
 
@@ -396,13 +399,31 @@ void FlatStore::SyncLoop() {
     if (stop_syncer_) break;
     // Data first, then the records that name it.
     Status st = ssd_->SyncData();
-    if (st.ok()) st = journal_[static_cast<int>(MediaType::kSsd)]->Sync();
     if (st.ok()) {
+      NotifySync(false);
+      st = journal_[static_cast<int>(MediaType::kSsd)]->Sync();
+    }
+    if (st.ok()) {
+      NotifySync(true);
       syncs_.fetch_add(1, std::memory_order_relaxed);
     } else {
       journal_errors_.fetch_add(1, std::memory_order_relaxed);
     }
   }
+}
+
+void FlatStore::TEST_SetSyncListener(std::function<void(const SyncEvent&)> listener) {
+  MutexLock lock(sync_listener_mu_);
+  sync_listener_ = std::move(listener);
+}
+
+void FlatStore::NotifySync(bool journal, uint32_t file) {
+  MutexLock lock(sync_listener_mu_);
+  if (!sync_listener_) return;
+  // Read under the listener's lock, so that the listener never sees the journal's durable length
+  // go back (a later sync's notice overtaking an earlier one's).
+  sync_listener_(SyncEvent{
+      journal, file, journal ? journal_[static_cast<int>(MediaType::kSsd)]->synced_bytes() : 0});
 }
 
 }  // namespace flatcake
