@@ -18,5 +18,6 @@ void RegisterIndexBench(CLI::App& bench, int* exit_code);
 void RegisterCoalesceBench(CLI::App& bench, int* exit_code);
 void RegisterSchedBench(CLI::App& bench, int* exit_code);
 void RegisterRoundTripBench(CLI::App& bench, int* exit_code);
+void RegisterPathsBench(CLI::App& bench, int* exit_code);
 
 }  // namespace flatcake::cli

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   flatcake::cli::RegisterCoalesceBench(*bench, &exit_code);
   flatcake::cli::RegisterSchedBench(*bench, &exit_code);
   flatcake::cli::RegisterRoundTripBench(*bench, &exit_code);
+  flatcake::cli::RegisterPathsBench(*bench, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

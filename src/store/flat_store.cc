@@ -83,6 +83,8 @@ Status FlatStore::Init() {
     FC_ASSIGN_OR_RETURN(restore_, RestoreReader::Create(*engine_, ro));
     write_staging_ = std::make_unique<StagingPool>(
         std::max<uint64_t>(AlignDown(options_.write_staging_bytes / 2, kRunAlign), kRunAlign));
+    info_.ssd_write_io_bytes = write_staging_->buffer_bytes();
+    info_.ssd_writes_in_flight = 2;
   }
 
   uint64_t cap = options_.index_capacity;
