@@ -193,8 +193,9 @@ Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout
 
   // 3. Write each segment, then publish its entries.
   size_t published = 0;
+  std::vector<uint64_t> checksums;
   for (const PendingSegment& ps : segs) {
-    st = WriteSegment(scope, ps, layout, src, todo);
+    st = WriteSegment(scope, ps, layout, src, todo, &checksums);
     if (!st.ok()) break;
     const SegmentLayout seg_layout(layout, ps.seg.num_blocks);
     {
@@ -209,7 +210,7 @@ Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout
       IndexEntry e;
       e.gva = MakeGva(medium, ps.seg.base + seg_layout.BlockOffset(b));
       e.layer_stride = seg_layout.LayerStride();
-      e.checksum = BlockChecksum(src, layout, todo[k]);
+      e.checksum = checksums[b];
       e.scope_id = scope_id;
       e.scope_gen = gen;
       e.segment = ps.segment_no;
@@ -426,13 +427,17 @@ Status FlatStore::AllocateSegmentsLocked(ScopeSlot& scope, uint32_t n,
 
 Status FlatStore::WriteSegment(const ScopeSlot& scope, const PendingSegment& ps,
                                const KvLayout& layout, const BlockBuffers& src,
-                               std::span<const uint32_t> batch_index) {
+                               std::span<const uint32_t> batch_index,
+                               std::vector<uint64_t>* checksums) {
   const Segment& seg = ps.seg;
   SegmentGather gather(layout, seg, src, batch_index.subspan(ps.first_block, seg.num_blocks));
   MediumCounters& mc = media_[static_cast<int>(scope.medium)];
   if (scope.medium == MediaType::kDram) {
-    gather.Fill(0, seg.bytes, dram_->base() + seg.base);
+    // Streaming stores: the arena's bytes are read only by later restores, and bypassing the
+    // cache spares reading every destination line first.
+    gather.Fill(0, seg.bytes, dram_->base() + seg.base, CopyStores::kStreaming);
     mc.written.fetch_add(seg.bytes, std::memory_order_relaxed);
+    checksums->assign(gather.checksums().begin(), gather.checksums().end());
     return Status::OK();
   }
   const uint64_t fb = ssd_->file_bytes();
@@ -458,7 +463,8 @@ Status FlatStore::WriteSegment(const ScopeSlot& scope, const PendingSegment& ps,
       if (!st.ok()) break;
     }
     uint8_t* data = bufs[n % 2].data();
-    gather.Fill(pos, len, data);
+    // Streaming: the device reads the staging buffer from memory, not from this core's cache.
+    gather.Fill(pos, len, data, CopyStores::kStreaming);
     IoOp op;
     op.opcode = IoOpcode::kWrite;
     op.file = file;
@@ -471,6 +477,7 @@ Status FlatStore::WriteSegment(const ScopeSlot& scope, const PendingSegment& ps,
   if (st.ok()) st = all;
   if (!st.ok()) return st.WithContext("SSD segment write");
   mc.written.fetch_add(seg.bytes, std::memory_order_relaxed);
+  checksums->assign(gather.checksums().begin(), gather.checksums().end());
   return Status::OK();
 }
 

@@ -2,6 +2,7 @@
 // produces a segment's layer-major byte stream from the caller's buffers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "store/scope.h"
 #include "store/segment_layout.h"
 #include "util/aligned_buffer.h"
+#include "util/checksum.h"
 #include "util/thread_annotations.h"
 
 namespace flatcake {
@@ -111,19 +113,26 @@ class IoWaiter final : public IoCompletionSink {
 };
 
 // Produces any byte range of a segment laid out [layer][plane][block] (SegmentLayout: each run
-// padded with zeros to its plane stride) from source blocks `blocks` (indices into `src`).
+// padded with zeros to its plane stride) from source blocks `blocks` (indices into `src`), and the
+// blocks' checksums in the same pass: each whole slice is copied by CopySliceWithChecksum, which
+// hashes the bytes it stores. A slice that a range boundary splits is hashed whole, from the
+// source, by the range that holds its first byte. Not thread-safe (the sums accumulate).
 class SegmentGather {
  public:
   SegmentGather(const KvLayout& layout, const Segment& seg, const BlockBuffers& src,
                 std::span<const uint32_t> blocks)
-      : layout_(layout), seg_(layout, seg.num_blocks), src_(src), blocks_(blocks) {}
+      : layout_(layout),
+        seg_(layout, seg.num_blocks),
+        src_(src),
+        blocks_(blocks),
+        sums_(seg.num_blocks, 0) {}
 
-  // Writes segment bytes [pos, pos + len) to dst.
-  void Fill(uint64_t pos, uint64_t len, uint8_t* dst) const {
+  // Writes segment bytes [pos, pos + len) to dst with `stores` (fenced before it returns).
+  void Fill(uint64_t pos, uint64_t len, uint8_t* dst, CopyStores stores) {
     const uint64_t s = layout_.slice_bytes;
     const uint64_t payload = seg_.RunPayload();
     while (len > 0) {
-      const uint64_t run = pos / seg_.PlaneStride();
+      const uint64_t run = pos / seg_.PlaneStride();  // = layer * planes + plane
       const uint64_t in_run = pos % seg_.PlaneStride();
       uint64_t n;
       if (in_run < payload) {
@@ -132,7 +141,14 @@ class SegmentGather {
         n = std::min(len, s - q);
         const uint32_t l = static_cast<uint32_t>(run / layout_.num_planes);
         const uint32_t p = static_cast<uint32_t>(run % layout_.num_planes);
-        std::memcpy(dst, SliceAddress(src_, layout_, blocks_[b], l, p) + q, n);
+        const uint8_t* from = SliceAddress(src_, layout_, blocks_[b], l, p);
+        const auto position = static_cast<uint32_t>(run);
+        if (n == s) {
+          sums_[b] += CopySliceWithChecksum(dst, from, s, position, stores, NextSource(run, b));
+        } else {
+          if (q == 0) sums_[b] += SliceChecksum(from, s, position);
+          CopySlice(dst, from + q, n, stores);
+        }
       } else {
         n = std::min(len, seg_.PlaneStride() - in_run);
         std::memset(dst, 0, n);
@@ -141,13 +157,33 @@ class SegmentGather {
       pos += n;
       len -= n;
     }
+    // Before the bytes are written out or published.
+    if (stores == CopyStores::kStreaming) FenceStreamingStores();
   }
+
+  // Where the slice after block b's of run `run` comes from (the next block's, else the next
+  // run's first block's), for the copy to prefetch; null after the last.
+  const uint8_t* NextSource(uint64_t run, uint64_t b) const {
+    if (b + 1 < blocks_.size()) {
+      return SliceAddress(src_, layout_, blocks_[b + 1],
+                          static_cast<uint32_t>(run / layout_.num_planes),
+                          static_cast<uint32_t>(run % layout_.num_planes));
+    }
+    if (run + 1 >= seg_.Runs()) return nullptr;
+    return SliceAddress(src_, layout_, blocks_[0],
+                        static_cast<uint32_t>((run + 1) / layout_.num_planes),
+                        static_cast<uint32_t>((run + 1) % layout_.num_planes));
+  }
+
+  // Per block of the segment, its BlockChecksum; complete once Fill covered the whole segment.
+  std::span<const uint64_t> checksums() const { return sums_; }
 
  private:
   const KvLayout& layout_;
   const SegmentLayout seg_;
   const BlockBuffers& src_;
   std::span<const uint32_t> blocks_;
+  std::vector<uint64_t> sums_;
 };
 
 }  // namespace flatcake
