@@ -19,54 +19,85 @@
 
 namespace flatcake {
 
-// A free list of equally sized, 4 KiB-aligned staging buffers (O_DIRECT needs aligned memory).
-// Fresh pages are expensive to fault in (tens of microseconds each in a VM), so buffers are kept
-// and reused across writes instead of being allocated per segment. Thread-safe.
+// The SSD write path's staging: `count` equally sized, 4 KiB-aligned buffers (O_DIRECT needs
+// aligned memory) carved from one allocation made when the store opens, huge-page backed and
+// faulted in then, since first touch of fresh pages costs more than the copy into them on virtual
+// machines (docs/performance.md); region() can be registered with the engine once. A segment
+// write borrows up to all of them, gathers into each in turn and keeps a write in flight from each
+// while it gathers the next. Borrowers never wait for buffers while they hold some, so the pool
+// cannot deadlock; concurrent writers share it and may wait for one another. Thread-safe.
 class StagingPool {
  public:
-  // A buffer on loan from the pool, returned to it when the lease is destroyed. data() is null
-  // when memory was exhausted. REQUIRES: the pool outlives its leases.
-  class Lease {
+  static constexpr uint32_t kMaxBuffers = 64;
+
+  // Buffers on loan, given back when the loan is destroyed. REQUIRES: the pool outlives it.
+  class Loan {
    public:
-    Lease(Lease&& other) noexcept = default;
-    Lease& operator=(Lease&&) = delete;
-    ~Lease() {
-      if (!buffer_.empty()) pool_->Return(std::move(buffer_));
-    }
-    uint8_t* data() const { return buffer_.data(); }
+    Loan(const Loan&) = delete;
+    Loan& operator=(const Loan&) = delete;
+    ~Loan() { pool_->Return(std::span<uint8_t* const>(bufs_, count_)); }
+    uint32_t size() const { return count_; }
+    uint8_t* operator[](uint32_t i) const { return bufs_[i]; }
 
    private:
     friend class StagingPool;
-    Lease(StagingPool* pool, AlignedBuffer buffer) : pool_(pool), buffer_(std::move(buffer)) {}
-    StagingPool* pool_;
-    AlignedBuffer buffer_;
+    Loan(StagingPool* pool, uint32_t want) : pool_(pool) { count_ = pool->Take(want, bufs_); }
+    StagingPool* const pool_;
+    uint8_t* bufs_[kMaxBuffers];
+    uint32_t count_ = 0;
   };
 
-  explicit StagingPool(uint64_t buffer_bytes) : bytes_(buffer_bytes) {}
-  uint64_t buffer_bytes() const { return bytes_; }
-  // Lends a kept buffer, or a new one.
-  Lease Acquire() EXCLUDES(mu_) {
-    {
-      MutexLock lock(mu_);
-      if (!free_.empty()) {
-        AlignedBuffer b = std::move(free_.back());
-        free_.pop_back();
-        return Lease(this, std::move(b));
-      }
-    }
-    Result<AlignedBuffer> fresh = AlignedBuffer::Allocate(bytes_, {.alignment = 4096});
-    return Lease(this, fresh.ok() ? std::move(fresh).value() : AlignedBuffer());
+  // REQUIRES: buffer_bytes a multiple of 4 KiB; 1 <= count <= kMaxBuffers.
+  static Result<std::unique_ptr<StagingPool>> Create(uint64_t buffer_bytes, uint32_t count) {
+    FC_ASSIGN_OR_RETURN(
+        AlignedBuffer mem,
+        AlignedBuffer::Allocate(buffer_bytes * count, {.alignment = AlignedBuffer::kHugePageBytes,
+                                                       .backing = PageBacking::kTransparentHuge,
+                                                       .prefault = true}));
+    return std::unique_ptr<StagingPool>(new StagingPool(buffer_bytes, count, std::move(mem)));
   }
 
+  uint64_t buffer_bytes() const { return bytes_; }
+  uint32_t count() const { return count_; }
+  IoBufferRegion region() const { return IoBufferRegion{mem_.data(), mem_.size()}; }
+
+  // Lends between 1 and `want` buffers: as many as are free, once at least one is.
+  // REQUIRES: the caller holds no loan of this pool.
+  Loan Borrow(uint32_t want) { return Loan(this, want); }
+
  private:
-  void Return(AlignedBuffer b) EXCLUDES(mu_) {
+  StagingPool(uint64_t buffer_bytes, uint32_t count, AlignedBuffer mem)
+      : bytes_(buffer_bytes), count_(count), mem_(std::move(mem)) {
+    MutexLock lock(mu_);  // uncontended: taken for the analysis
+    free_.reserve(count);
+    for (uint32_t i = count; i-- > 0;) free_.push_back(mem_.data() + i * buffer_bytes);
+  }
+  // Moves between 1 and `want` free buffers to `out`, waiting until one is free; returns how many.
+  uint32_t Take(uint32_t want, uint8_t** out) EXCLUDES(mu_) {
     MutexLock lock(mu_);
-    free_.push_back(std::move(b));
+    while (free_.empty()) cv_.Wait(mu_);
+    want = std::clamp<uint32_t>(want, 1, count_);
+    uint32_t n = 0;
+    while (n < want && !free_.empty()) {
+      out[n++] = free_.back();
+      free_.pop_back();
+    }
+    return n;
+  }
+  void Return(std::span<uint8_t* const> bufs) EXCLUDES(mu_) {
+    {
+      MutexLock lock(mu_);
+      free_.insert(free_.end(), bufs.begin(), bufs.end());
+    }
+    cv_.NotifyAll();
   }
 
   const uint64_t bytes_;
+  const uint32_t count_;
+  const AlignedBuffer mem_;
   Mutex mu_;
-  std::vector<AlignedBuffer> free_ GUARDED_BY(mu_);
+  CondVar cv_;
+  std::vector<uint8_t*> free_ GUARDED_BY(mu_);  // reserved for count_ entries: never reallocates
 };
 
 // Tracks asynchronously submitted ops by tag (tags 0, 1, 2, ... in submission order) so a caller
