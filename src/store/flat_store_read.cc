@@ -158,10 +158,14 @@ void FlatStore::StartSsdReads(const std::shared_ptr<RestoreJob>& job,
     job->ssd_sums.reset(new std::atomic<uint64_t>[job->ssd_hits.size()]);
     for (size_t j = 0; j < job->ssd_hits.size(); ++j) job->ssd_sums[j].store(0);
     const uint32_t planes = layout.num_planes;
-    on_slice = [raw, planes](const SliceRead& s, const uint8_t* bytes) {
+    // A staged slice is copied out and hashed in one pass; cached stores, since the disk, not
+    // memory, bounds these restores and streaming stores would need a fence per slice here.
+    on_slice = [raw, planes](const SliceRead& s, const uint8_t* bytes, uint8_t* copy_to) {
       const uint32_t position = s.layer * planes + s.tag % planes;
-      raw->ssd_sums[s.tag / planes].fetch_add(SliceChecksum(bytes, s.len, position),
-                                              std::memory_order_relaxed);
+      const uint64_t h = copy_to != nullptr ? CopySliceWithChecksum(copy_to, bytes, s.len, position,
+                                                                    CopyStores::kCached)
+                                            : SliceChecksum(bytes, s.len, position);
+      raw->ssd_sums[s.tag / planes].fetch_add(h, std::memory_order_relaxed);
     };
   }
   const uint64_t total = uint64_t{job->ssd_hits.size()} * layout.num_layers * layout.num_planes;
