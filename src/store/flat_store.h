@@ -66,6 +66,8 @@ class FlatStore final : public Store {
 
   IoEngine& engine() { return *engine_; }
   SsdFilePool* ssd_pool() { return ssd_.get(); }
+  // Test hook: the DRAM arena's bytes (null without DRAM), for tests that corrupt a stored block.
+  uint8_t* TEST_dram_arena() { return dram_ ? dram_->base() : nullptr; }
 
   // Fails `job` with Aborted unless it is done (RestoreHandle::Cancel).
   void CancelRestore(const std::shared_ptr<RestoreJob>& job);

@@ -89,37 +89,56 @@ void FlatStore::UnpinHits(const RestoreJob& job) {
   for (const RestoreHit& h : job.hits) scopes_[h.entry.scope_id].Unpin();
 }
 
+// The copy order follows the destination. Block by block ([layer][plane] within each) writes
+// block-contiguous and per-plane destinations front to back, while the arena's slices of a block
+// lie a plane stride apart (each copy prefetches the next). Into per-slice destinations (SGLang's
+// layer_first: one pool per layer and plane, blocks side by side) layer by layer across the
+// blocks instead: then both sides run front to back, since a segment's blocks also lie side by
+// side in each of its runs.
 void FlatStore::CopyDramHits(RestoreJob& job) {
   const KvLayout& layout = job.layout;
   const uint64_t sb = layout.slice_bytes;
   const uint32_t planes = layout.num_planes;
-  const CopyStores stores = job.dram_hits.size() * layout.block_bytes() >= kStreamingCopyBytes
+  const size_t n_hits = job.dram_hits.size();
+  const CopyStores stores = n_hits * layout.block_bytes() >= kStreamingCopyBytes
                                 ? CopyStores::kStreaming
                                 : CopyStores::kCached;
-  for (size_t n = 0; n < job.dram_hits.size(); ++n) {
-    RestoreHit& h = job.hits[job.dram_hits[n]];
+  auto from = [&](size_t n, uint32_t l, uint32_t p) {  // hit n's slice (l, p) in the arena
+    const RestoreHit& h = job.hits[job.dram_hits[n]];
     const SegmentLayout seg = SegmentLayout::FromLayerStride(layout, h.entry.layer_stride);
-    // Where the copy after each slice reads (prefetched meanwhile): in [layer][plane] order the
-    // block's next slice lies one plane stride on; after its last, the next hit's first slice.
-    const uint8_t* next_block = n + 1 < job.dram_hits.size()
-                                    ? dram_->base() + job.hits[job.dram_hits[n + 1]].offset
-                                    : nullptr;
-    uint64_t sum = 0;
-    for (uint32_t l = 0; l < layout.num_layers; ++l) {
-      for (uint32_t p = 0; p < planes; ++p) {
-        const uint8_t* from = dram_->base() + h.offset + seg.RunOffset(l, p);  // h.offset: (0, 0)
-        const bool last = l + 1 == layout.num_layers && p + 1 == planes;
-        const uint8_t* next = last ? next_block : from + seg.PlaneStride();
-        uint8_t* to = SliceAddress(job.dst, layout, h.key, l, p);
-        // One pass over each byte: the hash is taken from the registers that store it.
-        if (options_.verify_checksums) {
-          sum += CopySliceWithChecksum(to, from, sb, l * planes + p, stores, next);
-        } else {
-          CopySlice(to, from, sb, stores, next);
-        }
+    return dram_->base() + h.offset + seg.RunOffset(l, p);  // h.offset: the (0, 0) slice
+  };
+  // One pass over each byte: the hash is taken from the registers that store it.
+  auto copy = [&](size_t n, uint32_t l, uint32_t p, const uint8_t* next) {
+    RestoreHit& h = job.hits[job.dram_hits[n]];
+    uint8_t* to = SliceAddress(job.dst, layout, h.key, l, p);
+    if (options_.verify_checksums) {
+      h.checksum += CopySliceWithChecksum(to, from(n, l, p), sb, l * planes + p, stores, next);
+    } else {
+      CopySlice(to, from(n, l, p), sb, stores, next);
+    }
+  };
+  for (uint32_t i : job.dram_hits) job.hits[i].checksum = 0;
+  const uint32_t runs = layout.num_layers * planes;
+  if (job.dst.kind == BufferKind::kSlicePointers) {
+    for (uint32_t r = 0; r < runs; ++r) {
+      for (size_t n = 0; n < n_hits; ++n) {
+        const bool last = n + 1 == n_hits;
+        const uint8_t* next = !last          ? from(n + 1, r / planes, r % planes)
+                              : r + 1 < runs ? from(0, (r + 1) / planes, (r + 1) % planes)
+                                             : nullptr;
+        copy(n, r / planes, r % planes, next);
       }
     }
-    h.checksum = sum;
+  } else {
+    for (size_t n = 0; n < n_hits; ++n) {
+      for (uint32_t r = 0; r < runs; ++r) {
+        const uint8_t* next = r + 1 < runs     ? from(n, (r + 1) / planes, (r + 1) % planes)
+                              : n + 1 < n_hits ? from(n + 1, 0, 0)
+                                               : nullptr;
+        copy(n, r / planes, r % planes, next);
+      }
+    }
   }
   // Before the layers are reported and the job completes (both take locks).
   if (stores == CopyStores::kStreaming) FenceStreamingStores();
