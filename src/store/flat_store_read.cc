@@ -80,6 +80,7 @@ Status FlatStore::ResolveHits(std::span<const Key> keys, RestoreJob* job) {
       continue;
     }
     h.offset = decoded->offset;
+    h.plane_stride = h.entry.layer_stride / layout.num_planes;
     (GvaIsSsd(h.entry.gva) ? job->ssd_hits : job->dram_hits).push_back(i);
   }
   return Status::OK();
@@ -103,19 +104,20 @@ void FlatStore::CopyDramHits(RestoreJob& job) {
   const CopyStores stores = n_hits * layout.block_bytes() >= kStreamingCopyBytes
                                 ? CopyStores::kStreaming
                                 : CopyStores::kCached;
-  auto from = [&](size_t n, uint32_t l, uint32_t p) {  // hit n's slice (l, p) in the arena
+  // Hit n's slice of run r = l * planes + p in the arena: runs follow each other a plane stride
+  // apart (SegmentLayout), from the block's (0, 0) slice at h.offset.
+  auto from = [&](size_t n, uint32_t r) {
     const RestoreHit& h = job.hits[job.dram_hits[n]];
-    const SegmentLayout seg = SegmentLayout::FromLayerStride(layout, h.entry.layer_stride);
-    return dram_->base() + h.offset + seg.RunOffset(l, p);  // h.offset: the (0, 0) slice
+    return dram_->base() + h.offset + r * h.plane_stride;
   };
   // One pass over each byte: the hash is taken from the registers that store it.
-  auto copy = [&](size_t n, uint32_t l, uint32_t p, const uint8_t* next) {
+  auto copy = [&](size_t n, uint32_t r, const uint8_t* next) {
     RestoreHit& h = job.hits[job.dram_hits[n]];
-    uint8_t* to = SliceAddress(job.dst, layout, h.key, l, p);
+    uint8_t* to = SliceAddress(job.dst, layout, h.key, r / planes, r % planes);
     if (options_.verify_checksums) {
-      h.checksum += CopySliceWithChecksum(to, from(n, l, p), sb, l * planes + p, stores, next);
+      h.checksum += CopySliceWithChecksum(to, from(n, r), sb, r, stores, next);
     } else {
-      CopySlice(to, from(n, l, p), sb, stores, next);
+      CopySlice(to, from(n, r), sb, stores, next);
     }
   };
   for (uint32_t i : job.dram_hits) job.hits[i].checksum = 0;
@@ -123,20 +125,19 @@ void FlatStore::CopyDramHits(RestoreJob& job) {
   if (job.dst.kind == BufferKind::kSlicePointers) {
     for (uint32_t r = 0; r < runs; ++r) {
       for (size_t n = 0; n < n_hits; ++n) {
-        const bool last = n + 1 == n_hits;
-        const uint8_t* next = !last          ? from(n + 1, r / planes, r % planes)
-                              : r + 1 < runs ? from(0, (r + 1) / planes, (r + 1) % planes)
+        const uint8_t* next = n + 1 < n_hits ? from(n + 1, r)
+                              : r + 1 < runs ? from(0, r + 1)
                                              : nullptr;
-        copy(n, r / planes, r % planes, next);
+        copy(n, r, next);
       }
     }
   } else {
     for (size_t n = 0; n < n_hits; ++n) {
       for (uint32_t r = 0; r < runs; ++r) {
-        const uint8_t* next = r + 1 < runs     ? from(n, (r + 1) / planes, (r + 1) % planes)
-                              : n + 1 < n_hits ? from(n + 1, 0, 0)
+        const uint8_t* next = r + 1 < runs     ? from(n, r + 1)
+                              : n + 1 < n_hits ? from(n + 1, 0)
                                                : nullptr;
-        copy(n, r / planes, r % planes, next);
+        copy(n, r, next);
       }
     }
   }

@@ -161,55 +161,66 @@ class SegmentGather {
   // Writes segment bytes [pos, pos + len) to dst with `stores` (fenced before it returns).
   void Fill(uint64_t pos, uint64_t len, uint8_t* dst, CopyStores stores) {
     const uint64_t s = layout_.slice_bytes;
+    const uint64_t stride = seg_.PlaneStride();
     const uint64_t payload = seg_.RunPayload();
+    const uint32_t planes = layout_.num_planes;
+    // Where pos lies: run (l, p), offset in the run, and within the payload block b, byte q;
+    // advanced piece by piece below (no division per slice).
+    const uint64_t run = pos / stride;
+    auto l = static_cast<uint32_t>(run / planes);
+    auto p = static_cast<uint32_t>(run % planes);
+    uint64_t in_run = pos % stride;
+    uint64_t b = in_run / s;
+    uint64_t q = in_run % s;
     while (len > 0) {
-      const uint64_t run = pos / seg_.PlaneStride();  // = layer * planes + plane
-      const uint64_t in_run = pos % seg_.PlaneStride();
       uint64_t n;
       if (in_run < payload) {
-        const uint64_t b = in_run / s;
-        const uint64_t q = in_run % s;
         n = std::min(len, s - q);
-        const uint32_t l = static_cast<uint32_t>(run / layout_.num_planes);
-        const uint32_t p = static_cast<uint32_t>(run % layout_.num_planes);
         const uint8_t* from = SliceAddress(src_, layout_, blocks_[b], l, p);
-        const auto position = static_cast<uint32_t>(run);
+        const uint32_t position = l * planes + p;
         if (n == s) {
-          sums_[b] += CopySliceWithChecksum(dst, from, s, position, stores, NextSource(run, b));
+          sums_[b] += CopySliceWithChecksum(dst, from, s, position, stores, NextSource(l, p, b));
         } else {
           if (q == 0) sums_[b] += SliceChecksum(from, s, position);
           CopySlice(dst, from + q, n, stores);
         }
+        q += n;
+        if (q == s) {
+          q = 0;
+          ++b;
+        }
       } else {
-        n = std::min(len, seg_.PlaneStride() - in_run);
+        n = std::min(len, stride - in_run);
         std::memset(dst, 0, n);
       }
       dst += n;
-      pos += n;
       len -= n;
+      in_run += n;
+      if (in_run == stride) {  // the next run
+        in_run = b = q = 0;
+        if (++p == planes) {
+          p = 0;
+          ++l;
+        }
+      }
     }
     // Before the bytes are written out or published.
     if (stores == CopyStores::kStreaming) FenceStreamingStores();
-  }
-
-  // Where the slice after block b's of run `run` comes from (the next block's, else the next
-  // run's first block's), for the copy to prefetch; null after the last.
-  const uint8_t* NextSource(uint64_t run, uint64_t b) const {
-    if (b + 1 < blocks_.size()) {
-      return SliceAddress(src_, layout_, blocks_[b + 1],
-                          static_cast<uint32_t>(run / layout_.num_planes),
-                          static_cast<uint32_t>(run % layout_.num_planes));
-    }
-    if (run + 1 >= seg_.Runs()) return nullptr;
-    return SliceAddress(src_, layout_, blocks_[0],
-                        static_cast<uint32_t>((run + 1) / layout_.num_planes),
-                        static_cast<uint32_t>((run + 1) % layout_.num_planes));
   }
 
   // Per block of the segment, its BlockChecksum; complete once Fill covered the whole segment.
   std::span<const uint64_t> checksums() const { return sums_; }
 
  private:
+  // Where the slice after block b's slice (l, p) comes from in segment order (the next block's,
+  // else the next run's first block's), for the copy to prefetch; null after the last.
+  const uint8_t* NextSource(uint32_t l, uint32_t p, uint64_t b) const {
+    if (b + 1 < blocks_.size()) return SliceAddress(src_, layout_, blocks_[b + 1], l, p);
+    if (p + 1 < layout_.num_planes) return SliceAddress(src_, layout_, blocks_[0], l, p + 1);
+    if (l + 1 < layout_.num_layers) return SliceAddress(src_, layout_, blocks_[0], l + 1, 0);
+    return nullptr;
+  }
+
   const KvLayout& layout_;
   const SegmentLayout seg_;
   const BlockBuffers& src_;
