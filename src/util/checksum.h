@@ -30,7 +30,8 @@ enum class CopyStores : uint8_t {
   // Non-temporal stores straight to memory, without first reading each destination line into the
   // cache: about 1.7x the bandwidth of cached stores for copies larger than the caches (glibc's
   // memcpy switches to them above x86_non_temporal_threshold). Taken where the destination is
-  // 32-byte aligned and the CPU has AVX2; otherwise the copy uses cached stores. Streamed bytes
+  // 32-byte aligned and the CPU has AVX2 (64-byte aligned for AVX-512's); otherwise the copy uses
+  // cached stores. Streamed bytes
   // are weakly ordered: they are guaranteed visible to other threads and devices only after this
   // thread calls FenceStreamingStores(), so call it once after a run of copies and before anything
   // announces them (a release store, a lock, an I/O submission). One fence per run rather than
@@ -52,8 +53,16 @@ void FenceStreamingStores();
 // REQUIRES: [src, src + len) and [dst, dst + len) do not overlap.
 uint64_t CopySliceWithChecksum(void* dst, const void* src, uint64_t len, uint32_t position,
                                CopyStores stores, const void* next_src = nullptr);
-// The same copy without a checksum.
+// The same copy without a checksum (with cached stores, plain memcpy).
 void CopySlice(void* dst, const void* src, uint64_t len, CopyStores stores,
                const void* next_src = nullptr);
+
+// The instruction sets the fused copy runs on; the functions above take the widest this CPU has.
+enum class CopyIsa : uint8_t { kPortable, kAvx2, kAvx512 };
+// Test hooks: whether this CPU and build have `isa`, and the copy (with `hash`, and its checksum)
+// on that one. REQUIRES: TEST_CopyIsaAvailable(isa).
+bool TEST_CopyIsaAvailable(CopyIsa isa);
+uint64_t TEST_CopySliceOn(CopyIsa isa, bool hash, void* dst, const void* src, uint64_t len,
+                          uint32_t position, CopyStores stores);
 
 }  // namespace flatcake
