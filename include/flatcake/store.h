@@ -173,6 +173,10 @@ struct StoreInfo {
   std::string ssd_note;  // e.g. "O_DIRECT refused by tmpfs; using buffered I/O"
   uint32_t ssd_files = 0;
   std::vector<std::string> ssd_dirs;
+  // SSD segment writes (from write_staging_bytes): the bytes of each write and how many are kept
+  // in flight; 0 without SSD.
+  uint64_t ssd_write_io_bytes = 0;
+  uint32_t ssd_writes_in_flight = 0;
   std::string dram_backing;  // "anonymous", or "file <dram_path>" (outlives the process)
   std::string dram_journal_path;
   // --- durability (docs/format.md) ---

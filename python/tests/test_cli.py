@@ -8,6 +8,7 @@ noise at these sizes).
 """
 
 import json
+import math
 import os
 import subprocess
 
@@ -156,6 +157,30 @@ def test_info_json_reports_a_recovered_pool(tmp_path):
     assert wiped.returncode == 0, wiped.stderr
 
 
+def test_bench_paths_json_rows_and_every_get_verified(tmp_path):
+    # Blocks of 8 layers x 2 planes: 64 KiB (4 KiB slices) and 1 MiB (64 KiB slices).
+    p = run("bench", "paths", "--bytes", "1M", "--slices", "4K,64K", "--layers", "8",
+            "--batch-bytes", "512K", "--reps", "1", "--dir", str(tmp_path), "--json")
+    j = last_json(p)
+    rows = j["rows"]
+    paths = ("dram_put", "dram_get", "ssd_put", "ssd_get")
+    kinds = ("block_contiguous", "plane_pointers", "slice_pointers")
+    # One row per path, slice size and buffer kind.
+    assert sorted((r["path"], r["slice_bytes"], r["buffer_kind"]) for r in rows) == sorted(
+        (p_, s, k) for p_ in paths for s in (4096, 65536) for k in kinds)
+    for r in rows:
+        for field in ("store_gbps", "limit_gbps", "ratio"):
+            assert isinstance(r[field], float) and math.isfinite(r[field]) and r[field] > 0, field
+        # One repetition: the ratio is that repetition's store / limit.
+        assert r["ratio"] == pytest.approx(r["store_gbps"] / r["limit_gbps"], rel=1e-9)
+        assert r["limit"] == {"dram_put": "memcpy", "dram_get": "memcpy",
+                              "ssd_put": "o_direct_write", "ssd_get": "o_direct_read"}[r["path"]]
+    assert j["mismatches"] == 0 and j["misses"] == 0
+    # Every get (DRAM and SSD, 2 slice sizes x 3 kinds) compared byte for byte: 1 MiB each.
+    assert j["bytes_verified"] == 2 * 2 * 3 * (1 << 20)
+    assert "limit GB/s" in p.stdout
+
+
 def test_replay_small_workload_loses_no_bytes():
     p = run("replay", "--workload", "agentic", "--requests", "40", "--scale", "0.05",
             "--qps", "40", "--json", "--no-progress")
@@ -184,6 +209,8 @@ def test_trace_stats_on_the_shared_conversation_trace():
         (["bench", "index", "--batch", "0"], "--batch"),
         (["bench", "coalesce", "--descs", "0"], "--descs"),
         (["bench", "sched", "--consumers", "0"], "--consumers"),
+        (["bench", "paths", "--kinds", "block_contiguous,bogus"], "--kinds"),
+        (["bench", "paths", "--slices", "0"], "--slices"),
         (["bench", "restore", "--no-such-flag"], "--no-such-flag"),
         (["replay", "--policy", "lru"], "lru"),
         (["replay", "--workload", "chat"], "chat"),

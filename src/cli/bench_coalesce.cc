@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "cli/store_flags.h"
 #include "io/coalesce.h"
@@ -109,11 +110,6 @@ std::vector<SliceRead> MakeDescriptors(const CoalesceBenchArgs& a, uint64_t coun
   }
   std::shuffle(out.begin(), out.end(), rng);
   return out;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 Result<Figures> Measure(const CoalesceBenchArgs& a, uint64_t count) {

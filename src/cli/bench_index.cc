@@ -33,6 +33,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "cli/store_flags.h"
 #include "flatcake/key.h"
@@ -265,12 +266,6 @@ double LookupRound(const IndexBenchOptions& opt, const Adapter& adapter, int thr
   if (wrong.load()) res->correct = false;
   res->lookups += total_ops.load();
   return static_cast<double>(total_ops.load()) / lookup_s / 1e6;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 // Median over rounds of a's lookup rate over b's in the same round.

@@ -41,6 +41,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "cli/store_flags.h"
 #include "io/restore_reader.h"
@@ -87,17 +88,9 @@ double CpuMs() {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-// Host memory for the restore destinations and the raw-read buffer: 2 MiB-aligned and advised
-// for transparent huge pages when `huge` (a serving engine's host KV pool is huge-page backed, as
-// the paper's is), else for small pages; faulted in before any timing. With 4 KiB pages a restore
-// that scatters 16 KiB slices over a multi-GiB pool spends much of its copy time on TLB misses;
-// `--dest-pages 4k` measures that case.
-Result<AlignedBuffer> AllocateHostMemory(uint64_t bytes, bool huge) {
-  return AlignedBuffer::Allocate(
-      bytes, {.alignment = AlignedBuffer::kHugePageBytes,
-              .backing = huge ? PageBacking::kTransparentHuge : PageBacking::kSmallPages,
-              .prefault = true});
-}
+// The restore destinations and the raw-read buffer come from AllocateHostMemory (bench_util.h):
+// with 4 KiB pages (`--dest-pages 4k`) a restore that scatters 16 KiB slices over a multi-GiB pool
+// spends much of its copy time on TLB misses.
 
 // The restore destination, block-contiguous like HostBlocks but in one aligned host
 // allocation (as a serving engine's KV pool is), so reads can land in place.
@@ -523,20 +516,14 @@ Status ParseVariants(const std::string& list, bool (&want)[kRestoreVariants]) {
 // Host memory: the destination (at least one block per turn) and, for raw-seq, raw-window and
 // flat-direct, a buffer of the same size, both faulted in; refuse up front rather than be killed
 // by the OOM killer.
-Status CheckHostMemory(const RestoreArgs& a, const KvLayout& layout,
-                       const bool (&want)[kRestoreVariants]) {
+Status CheckRestoreHostMemory(const RestoreArgs& a, const KvLayout& layout,
+                              const bool (&want)[kRestoreVariants]) {
   const bool raw_buffer = want[kRawSeq] || want[kRawWindow] || want[kFlatDirect];
   const uint64_t block = layout.block_bytes();
   const uint64_t need = SessionBlocks(a, block) * block * (raw_buffer ? 2 : 1);
-  const uint64_t phys =
-      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  if (need > phys / 4 * 3) {
-    return Status::InvalidArgument(
-        "the session (--bytes, at least --turns blocks) needs " + std::to_string(need >> 20) +
-        " MiB of host memory for the restore destination" + (raw_buffer ? " and raw buffer" : "") +
-        ", more than 3/4 of this machine's " + std::to_string(phys >> 20) + " MiB");
-  }
-  return Status::OK();
+  return CheckHostMemory(
+      need, "the session (--bytes, at least --turns blocks)",
+      std::string("the restore destination") + (raw_buffer ? " and raw buffer" : ""));
 }
 
 Result<RestoreRun> RestoreBench::RunVariant(int v) {
@@ -579,7 +566,7 @@ int RestoreBench::Main() {
   if (Status st = ParseVariants(a_.variants, want); !st.ok()) {
     return ReportArgError("bench restore", st);
   }
-  if (Status st = CheckHostMemory(a_, layout_, want); !st.ok()) {
+  if (Status st = CheckRestoreHostMemory(a_, layout_, want); !st.ok()) {
     return ReportArgError("bench restore", st);
   }
   // A flag the store rejects (engine, queue depth, window) is still a bad argument.
@@ -637,13 +624,7 @@ void RegisterRestoreBench(CLI::App& bench, int* exit_code) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   cmd->add_option("--dir", a->dir, "Directory for the data (default: a temporary directory)");
-  AddStoreFlag(cmd, "io_engine", &a->io_engine);
-  cmd->add_option("--io-workers", a->io_workers, "I/O worker threads")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  cmd->add_option("--io-queue-depth", a->queue_depth, "Queue depth per worker")
-      ->check(CLI::Range(1, 4096))
-      ->capture_default_str();
+  AddBenchIoFlags(cmd, &a->io_engine, &a->io_workers, &a->queue_depth);
   cmd->add_option("--window", a->window, "Restore staging window")
       ->transform(size)
       ->capture_default_str();
@@ -655,11 +636,7 @@ void RegisterRestoreBench(CLI::App& bench, int* exit_code) {
   cmd->add_flag("--no-verify", a->no_verify,
                 "Skip the store's checksum verification in the flat restore (the bench still "
                 "compares every byte afterwards)");
-  cmd->add_option("--dest-pages", a->dest_pages,
-                  "Pages of the restore destinations and the raw buffer: thp (transparent huge "
-                  "pages, as a serving engine's host KV pool) or 4k")
-      ->check(CLI::IsMember({"thp", "4k"}))
-      ->capture_default_str();
+  AddDestPagesFlag(cmd, &a->dest_pages, "the restore destinations and the raw buffer");
   cmd->add_option("--variants", a->variants,
                   "Comma-separated variants to run (a subset skips the ratios it lacks)")
       ->capture_default_str();

@@ -88,8 +88,6 @@ struct RestoreResults {
   std::optional<uint64_t> ReadsInPlace(int v) const;
 };
 
-double Median(std::vector<double> v);
-
 // Prints the table and, with a.json, one JSON object on the last line.
 void PrintRestoreReport(const RestoreArgs& a, const RestoreResults& res);
 

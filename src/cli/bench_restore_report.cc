@@ -7,13 +7,9 @@
 #include <string>
 
 #include "cli/bench_restore.h"
+#include "cli/bench_util.h"
 
 namespace flatcake::cli {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 void RestoreRatios::Add(const RestoreRun (&r)[kRestoreVariants],
                         const bool (&ran)[kRestoreVariants]) {

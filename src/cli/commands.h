@@ -20,5 +20,6 @@ void RegisterCoalesceBench(CLI::App& bench, int* exit_code);
 void RegisterSchedBench(CLI::App& bench, int* exit_code);
 void RegisterRoundTripBench(CLI::App& bench, int* exit_code);
 void RegisterRecoverBench(CLI::App& bench, int* exit_code);
+void RegisterPathsBench(CLI::App& bench, int* exit_code);
 
 }  // namespace flatcake::cli

@@ -60,6 +60,8 @@ int RunInfo(InfoArgs& a) {
                 info.ssd_direct_io ? "O_DIRECT" : "buffered I/O");
     for (const std::string& d : info.ssd_dirs) std::printf("  directory   : %s\n", d.c_str());
     if (!info.ssd_note.empty()) std::printf("  note        : %s\n", info.ssd_note.c_str());
+    std::printf("  writes      : %s each, %u in flight\n",
+                FormatBytes(info.ssd_write_io_bytes).c_str(), info.ssd_writes_in_flight);
     std::printf("  durability  : journal %s, sync %s\n", info.journal_path.c_str(),
                 info.sync_mode.c_str());
     if (info.recovered) {

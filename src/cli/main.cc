@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   flatcake::cli::RegisterSchedBench(*bench, &exit_code);
   flatcake::cli::RegisterRoundTripBench(*bench, &exit_code);
   flatcake::cli::RegisterRecoverBench(*bench, &exit_code);
+  flatcake::cli::RegisterPathsBench(*bench, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -131,7 +131,8 @@ constexpr OptionSpec kTable[] = {
      .flag = "--write-staging-bytes",
      .kind = OptionKind::kSize,
      .member = &StoreOptions::write_staging_bytes,
-     .help = "Gather buffer for SSD segment writes.",
+     .help = "Gather buffers of SSD segment writes, allocated and faulted in at open: writes of "
+             "max_io_bytes (at most half of this), this many bytes of them in flight.",
      .min = kPage},
     {.name = "max_gap_bytes",
      .flag = "--max-gap-bytes",

@@ -136,16 +136,15 @@ void ReaderHandle::CompleteRead(uint32_t idx, const Status& status) {
         const uint8_t* const from = rs.buf + (lo - r.offset);
         delivered += hi - lo;
         if (copy && on_slice_ && lo == s.offset && hi == s.offset + s.len) {
-          // The whole slice is here: the callback reads it from the staging window, which brings
-          // it into this core's cache for the copy (one trip to memory instead of two).
-          on_slice_(s, from);
-          std::memcpy(to, from, hi - lo);
+          // The whole slice is here: the callback copies it out of the staging window and can
+          // hash it in the same pass (one trip to memory instead of two).
+          on_slice_(s, from, to);
           continue;
         }
         if (copy) std::memcpy(to, from, hi - lo);
         // acq_rel: the worker that lands the last piece sees the other pieces' bytes.
         if (on_slice_ && slice_left_[k].fetch_sub(hi - lo, std::memory_order_acq_rel) == hi - lo) {
-          on_slice_(s, s.dest);
+          on_slice_(s, s.dest, nullptr);
         }
       }
     }

@@ -88,13 +88,16 @@ using LayerCallback = std::function<void(uint32_t layer, const Status& status)>;
 // Runs once per slice whose bytes were read, on an I/O worker, before the slice's layer is
 // reported; only for slices that were read, never for a failed read's. `bytes` holds the slice's
 // len bytes exactly as read, valid only during the call:
-//  - a slice that one staged read holds whole is handed over from the staging window just before
-//    it is copied out, so it is read from memory once and the copy then comes from the core's
-//    cache (`bytes` != slice.dest; the destination is filled right after the call);
+//  - a slice that one staged read holds whole is handed over in the staging window with
+//    `copy_to` = slice.dest, and the callback copies it there itself (it must copy all len
+//    bytes), so that it can hash the bytes in the same pass (CopySliceWithChecksum): the slice
+//    is read from memory once;
 //  - any other slice (direct, vectored, or staged in pieces by two reads) once its last byte has
-//    landed, with `bytes` == slice.dest.
-// It delays the release of the read's staging space, so it should be short (a hash, not I/O).
-using SliceCallback = std::function<void(const SliceRead& slice, const uint8_t* bytes)>;
+//    landed, with `bytes` == slice.dest and `copy_to` null.
+// It delays the release of the read's staging space, so it should be short (a copy and a hash,
+// not I/O).
+using SliceCallback =
+    std::function<void(const SliceRead& slice, const uint8_t* bytes, uint8_t* copy_to)>;
 
 // Runs once when a restore is done (every read landed, failed or was skipped), with its first
 // error and its final stats, on the I/O worker that finished it (inline in Start for a restore

@@ -271,11 +271,17 @@ TEST_P(RestoreTest, SliceCallbackRunsOnceForEveryLandedSliceAndNeverForAFailedRe
     std::vector<std::atomic<int>> calls(slices.size());
     std::atomic<uint64_t> wrong_bytes{0};
     std::atomic<int> from_window{0};
-    auto h = (*made)->Start(slices, 0, nullptr, [&](const SliceRead& s, const uint8_t* bytes) {
-      calls[s.tag]++;
-      from_window += bytes != s.dest;
-      for (uint64_t i = 0; i < s.len; ++i) wrong_bytes += bytes[i] != PatternByte(0, s.offset + i);
-    });
+    auto h = (*made)->Start(slices, 0, nullptr,
+                            [&](const SliceRead& s, const uint8_t* bytes, uint8_t* copy_to) {
+                              calls[s.tag]++;
+                              from_window += bytes != s.dest;
+                              // From the window the callback copies; in place, there is nothing to
+                              // copy.
+                              EXPECT_EQ(copy_to, bytes != s.dest ? s.dest : nullptr);
+                              if (copy_to != nullptr) std::memcpy(copy_to, bytes, s.len);
+                              for (uint64_t i = 0; i < s.len; ++i)
+                                wrong_bytes += bytes[i] != PatternByte(0, s.offset + i);
+                            });
     ASSERT_TRUE(h.ok());
     const Status st = (*h)->Wait();
     EXPECT_EQ(wrong_bytes.load(), 0u) << "round " << round;

@@ -101,8 +101,21 @@ Status FlatStore::Init() {
     ro.coalesce.max_gap = options_.max_gap_bytes;
     ro.coalesce.max_io = options_.max_io_bytes;
     FC_ASSIGN_OR_RETURN(restore_, RestoreReader::Create(*engine_, ro));
-    write_staging_ = std::make_unique<StagingPool>(
-        std::max<uint64_t>(AlignDown(options_.write_staging_bytes / 2, kRunAlign), kRunAlign));
+    // Segment writes of max_io_bytes (at most half the staging, so that one buffer is gathered
+    // while others are written), with the whole staging in flight: a put keeps the disk busy
+    // from its first chunk on, and the first chunk, gathered before any write can start, is
+    // small.
+    const uint64_t chunk = std::max<uint64_t>(
+        kRunAlign,
+        AlignDown(std::min(options_.max_io_bytes, options_.write_staging_bytes / 2), kRunAlign));
+    const auto count = static_cast<uint32_t>(
+        std::clamp<uint64_t>(options_.write_staging_bytes / chunk, 1, StagingPool::kMaxBuffers));
+    FC_ASSIGN_OR_RETURN(write_staging_, StagingPool::Create(chunk, count));
+    // Registered buffers spare the kernel pinning the pages of every write; best effort.
+    const IoBufferRegion staging = write_staging_->region();
+    (void)engine_->RegisterBuffers({&staging, 1});
+    info_.ssd_write_io_bytes = chunk;
+    info_.ssd_writes_in_flight = count;
   }
 
   uint64_t cap = options_.index_capacity;
@@ -217,20 +230,18 @@ Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout
   // 3. Write each segment, then publish its entries.
   size_t published = 0;
   std::vector<Key> seg_keys;
-  std::vector<uint64_t> seg_sums;
+  std::vector<uint64_t> checksums;
   for (const PendingSegment& ps : segs) {
-    st = WriteSegment(scope, ps, layout, src, todo);
+    st = WriteSegment(scope, ps, layout, src, todo, &checksums);
     if (!st.ok()) break;
     const SegmentLayout seg_layout(layout, ps.seg.num_blocks);
     seg_keys.clear();
-    seg_sums.clear();
-    for (uint32_t b = 0; b < ps.seg.num_blocks; ++b) {
+    for (uint32_t b = 0; b < ps.seg.num_blocks; ++b)
       seg_keys.push_back(keys[todo[ps.first_block + b]]);
-      seg_sums.push_back(BlockChecksum(src, layout, todo[ps.first_block + b]));
-    }
     if (Durable(medium)) {
       // The commit record, after the data and before publication: what a restart finds.
-      st = CommitSegment(scope, ps, seg_keys, seg_sums);
+      st = CommitSegment(scope, ps, seg_keys,
+                         std::span<const uint64_t>(checksums).first(ps.seg.num_blocks));
       if (!st.ok()) break;
     } else {
       MutexLock lock(mu_);
@@ -242,7 +253,7 @@ Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout
       IndexEntry e;
       e.gva = MakeGva(medium, ps.seg.base + seg_layout.BlockOffset(b));
       e.layer_stride = seg_layout.LayerStride();
-      e.checksum = seg_sums[b];
+      e.checksum = checksums[b];
       e.scope_id = scope_id;
       e.scope_gen = gen;
       e.segment = ps.segment_no;
@@ -462,38 +473,45 @@ Status FlatStore::AllocateSegmentsLocked(ScopeSlot& scope, uint32_t n,
 
 Status FlatStore::WriteSegment(const ScopeSlot& scope, const PendingSegment& ps,
                                const KvLayout& layout, const BlockBuffers& src,
-                               std::span<const uint32_t> batch_index) {
+                               std::span<const uint32_t> batch_index,
+                               std::vector<uint64_t>* checksums) {
   const Segment& seg = ps.seg;
   SegmentGather gather(layout, seg, src, batch_index.subspan(ps.first_block, seg.num_blocks));
   MediumCounters& mc = media_[static_cast<int>(scope.medium)];
   if (scope.medium == MediaType::kDram) {
-    gather.Fill(0, seg.bytes, dram_->base() + seg.base);
+    // Streaming stores: the arena's bytes are read only by later restores, and bypassing the
+    // cache spares reading every destination line first.
+    gather.Fill(0, seg.bytes, dram_->base() + seg.base, CopyStores::kStreaming);
     mc.written.fetch_add(seg.bytes, std::memory_order_relaxed);
+    checksums->assign(gather.checksums().begin(), gather.checksums().end());
     return Status::OK();
   }
   const uint32_t file = ssd_->FileOf(seg.base);
   const uint64_t file_off = ssd_->FileOffset(seg.base);
-  // Two halves of the staging budget: one is gathered while the other is being written.
-  const uint64_t chunk = std::min(write_staging_->buffer_bytes(), seg.bytes);
-  const StagingPool::Lease bufs[2] = {write_staging_->Acquire(), write_staging_->Acquire()};
-  if (!bufs[0].data() || !bufs[1].data()) {
-    return Status::NoSpace("cannot allocate write staging buffers");
-  }
+  // The segment in chunks of one staging buffer each, gathered into the borrowed buffers in turn;
+  // each chunk's write goes out at once, so up to loan.size() writes are in flight while the next
+  // chunk is gathered.
+  const uint64_t chunk = write_staging_->buffer_bytes();
+  const uint64_t chunks = (seg.bytes + chunk - 1) / chunk;
+  const StagingPool::Loan loan = write_staging_->Borrow(
+      static_cast<uint32_t>(std::min<uint64_t>(chunks, StagingPool::kMaxBuffers)));
   IoWaiter waiter;
-  // in_flight[i]: tag of the write that still reads bufs[i], if any. Workers may complete writes
+  // in_flight[i]: tag of the write that still reads loan[i], if any. Workers may complete writes
   // out of order, so wait for that very write, not for "all but one".
-  std::optional<uint64_t> in_flight[2];
+  std::optional<uint64_t> in_flight[StagingPool::kMaxBuffers];
   Status st;
   uint64_t n = 0;
   for (uint64_t pos = 0; pos < seg.bytes; pos += chunk, ++n) {
     const uint64_t len = std::min(chunk, seg.bytes - pos);
-    std::optional<uint64_t>& busy = in_flight[n % 2];
+    const auto i = static_cast<uint32_t>(n % loan.size());
+    std::optional<uint64_t>& busy = in_flight[i];
     if (busy) {
       st = waiter.WaitFor(*busy);
       if (!st.ok()) break;
     }
-    uint8_t* data = bufs[n % 2].data();
-    gather.Fill(pos, len, data);
+    uint8_t* data = loan[i];
+    // Streaming: the device reads the staging buffer from memory, not from this core's cache.
+    gather.Fill(pos, len, data, CopyStores::kStreaming);
     IoOp op;
     op.opcode = IoOpcode::kWrite;
     op.file = file;
@@ -506,6 +524,7 @@ Status FlatStore::WriteSegment(const ScopeSlot& scope, const PendingSegment& ps,
   if (st.ok()) st = all;
   if (!st.ok()) return st.WithContext("SSD segment write");
   mc.written.fetch_add(seg.bytes, std::memory_order_relaxed);
+  checksums->assign(gather.checksums().begin(), gather.checksums().end());
   return Status::OK();
 }
 

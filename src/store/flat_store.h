@@ -52,6 +52,11 @@ class FlatStore final : public Store {
   // An SSD restore of at least this many slices starts its first layer as a restore of its own,
   // ahead of the rest (io/layered_restore.h).
   static constexpr size_t kSplitRestoreSlices = LayeredRestore::kSplitSlices;
+  // A restore delivering at least this many bytes from DRAM copies with streaming stores
+  // (CopyStores): its destination outgrows a core's cache anyway (2 MiB of L2 on the development
+  // VM), and streaming spares reading each destination line before writing it. Smaller ones keep
+  // their bytes in the cache, where the caller may read them next.
+  static constexpr uint64_t kStreamingCopyBytes = 4 * kMiB;
   Result<std::unique_ptr<RestoreHandle>> Restore(std::span<const Key> keys, const KvLayout& layout,
                                                  const BlockBuffers& dst,
                                                  const RestoreOptions& options = {}) override;
@@ -63,6 +68,8 @@ class FlatStore final : public Store {
 
   IoEngine& engine() { return *engine_; }
   SsdFilePool* ssd_pool() { return ssd_.get(); }
+  // Test hook: the DRAM arena's bytes (null without DRAM), for tests that corrupt a stored block.
+  uint8_t* TEST_dram_arena() { return dram_ ? dram_->base() : nullptr; }
 
   // Fails `job` with Aborted unless it is done (RestoreHandle::Cancel).
   void CancelRestore(const std::shared_ptr<RestoreJob>& job);
@@ -137,8 +144,11 @@ class FlatStore final : public Store {
   Status AllocateSegmentsLocked(ScopeSlot& scope, uint32_t n, std::vector<PendingSegment>* segs)
       REQUIRES(mu_);
   void FreeExtentLocked(MediaType medium, const Segment& seg) REQUIRES(mu_);
+  // Gathers and writes one segment; `*checksums` gets its blocks' checksums, computed in the
+  // gather's pass over the source.
   Status WriteSegment(const ScopeSlot& scope, const PendingSegment& ps, const KvLayout& layout,
-                      const BlockBuffers& src, std::span<const uint32_t> batch_index);
+                      const BlockBuffers& src, std::span<const uint32_t> batch_index,
+                      std::vector<uint64_t>* checksums);
   // Whether any of the session's scopes is still live.
   bool SessionAliveLocked(const Session& sess) const REQUIRES(mu_);
   void ForgetSessionLocked(std::unordered_map<std::string, Session>::iterator it) REQUIRES(mu_);
@@ -175,7 +185,7 @@ class FlatStore final : public Store {
   // ssd_hits). InvalidArgument, with nothing pinned, when a hit's layout differs from the job's.
   Status ResolveHits(std::span<const Key> keys, RestoreJob* job);
   void UnpinHits(const RestoreJob& job);
-  // Copies the job's DRAM hits into its destination and hashes them.
+  // Copies the job's DRAM hits into its destination and hashes them (in the same pass).
   void CopyDramHits(RestoreJob& job);
   // Appends the slice reads of layers [first, last) of every SSD hit of `job` to `*out`.
   void BuildSsdSlices(const RestoreJob& job, uint32_t first, uint32_t last,

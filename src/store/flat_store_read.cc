@@ -80,6 +80,7 @@ Status FlatStore::ResolveHits(std::span<const Key> keys, RestoreJob* job) {
       continue;
     }
     h.offset = decoded->offset;
+    h.plane_stride = h.entry.layer_stride / layout.num_planes;
     (GvaIsSsd(h.entry.gva) ? job->ssd_hits : job->dram_hits).push_back(i);
   }
   return Status::OK();
@@ -89,20 +90,59 @@ void FlatStore::UnpinHits(const RestoreJob& job) {
   for (const RestoreHit& h : job.hits) scopes_[h.entry.scope_id].Unpin();
 }
 
+// The copy order follows the destination. Block by block ([layer][plane] within each) writes
+// block-contiguous and per-plane destinations front to back, while the arena's slices of a block
+// lie a plane stride apart (each copy prefetches the next). Into per-slice destinations (SGLang's
+// layer_first: one pool per layer and plane, blocks side by side) layer by layer across the
+// blocks instead: then both sides run front to back, since a segment's blocks also lie side by
+// side in each of its runs.
 void FlatStore::CopyDramHits(RestoreJob& job) {
   const KvLayout& layout = job.layout;
   const uint64_t sb = layout.slice_bytes;
-  for (uint32_t i : job.dram_hits) {
-    RestoreHit& h = job.hits[i];
-    const SegmentLayout seg = SegmentLayout::FromLayerStride(layout, h.entry.layer_stride);
-    for (uint32_t l = 0; l < layout.num_layers; ++l) {
-      for (uint32_t p = 0; p < layout.num_planes; ++p) {
-        const uint64_t off = h.offset + seg.RunOffset(l, p);  // h.offset: the (0, 0) slice
-        std::memcpy(SliceAddress(job.dst, layout, h.key, l, p), dram_->base() + off, sb);
+  const uint32_t planes = layout.num_planes;
+  const size_t n_hits = job.dram_hits.size();
+  const CopyStores stores = n_hits * layout.block_bytes() >= kStreamingCopyBytes
+                                ? CopyStores::kStreaming
+                                : CopyStores::kCached;
+  // Hit n's slice of run r = l * planes + p in the arena: runs follow each other a plane stride
+  // apart (SegmentLayout), from the block's (0, 0) slice at h.offset.
+  auto from = [&](size_t n, uint32_t r) {
+    const RestoreHit& h = job.hits[job.dram_hits[n]];
+    return dram_->base() + h.offset + r * h.plane_stride;
+  };
+  // One pass over each byte: the hash is taken from the registers that store it.
+  auto copy = [&](size_t n, uint32_t r, const uint8_t* next) {
+    RestoreHit& h = job.hits[job.dram_hits[n]];
+    uint8_t* to = SliceAddress(job.dst, layout, h.key, r / planes, r % planes);
+    if (options_.verify_checksums) {
+      h.checksum += CopySliceWithChecksum(to, from(n, r), sb, r, stores, next);
+    } else {
+      CopySlice(to, from(n, r), sb, stores, next);
+    }
+  };
+  for (uint32_t i : job.dram_hits) job.hits[i].checksum = 0;
+  const uint32_t runs = layout.num_layers * planes;
+  if (job.dst.kind == BufferKind::kSlicePointers) {
+    for (uint32_t r = 0; r < runs; ++r) {
+      for (size_t n = 0; n < n_hits; ++n) {
+        const uint8_t* next = n + 1 < n_hits ? from(n + 1, r)
+                              : r + 1 < runs ? from(0, r + 1)
+                                             : nullptr;
+        copy(n, r, next);
       }
     }
-    if (options_.verify_checksums) h.checksum = BlockChecksum(job.dst, layout, h.key);
+  } else {
+    for (size_t n = 0; n < n_hits; ++n) {
+      for (uint32_t r = 0; r < runs; ++r) {
+        const uint8_t* next = r + 1 < runs     ? from(n, r + 1)
+                              : n + 1 < n_hits ? from(n + 1, 0)
+                                               : nullptr;
+        copy(n, r, next);
+      }
+    }
   }
+  // Before the layers are reported and the job completes (both take locks).
+  if (stores == CopyStores::kStreaming) FenceStreamingStores();
 }
 
 void FlatStore::BuildSsdSlices(const RestoreJob& job, uint32_t first, uint32_t last,
@@ -137,10 +177,14 @@ void FlatStore::StartSsdReads(const std::shared_ptr<RestoreJob>& job,
     job->ssd_sums.reset(new std::atomic<uint64_t>[job->ssd_hits.size()]);
     for (size_t j = 0; j < job->ssd_hits.size(); ++j) job->ssd_sums[j].store(0);
     const uint32_t planes = layout.num_planes;
-    on_slice = [raw, planes](const SliceRead& s, const uint8_t* bytes) {
+    // A staged slice is copied out and hashed in one pass; cached stores, since the disk, not
+    // memory, bounds these restores and streaming stores would need a fence per slice here.
+    on_slice = [raw, planes](const SliceRead& s, const uint8_t* bytes, uint8_t* copy_to) {
       const uint32_t position = s.layer * planes + s.tag % planes;
-      raw->ssd_sums[s.tag / planes].fetch_add(SliceChecksum(bytes, s.len, position),
-                                              std::memory_order_relaxed);
+      const uint64_t h = copy_to != nullptr ? CopySliceWithChecksum(copy_to, bytes, s.len, position,
+                                                                    CopyStores::kCached)
+                                            : SliceChecksum(bytes, s.len, position);
+      raw->ssd_sums[s.tag / planes].fetch_add(h, std::memory_order_relaxed);
     };
   }
   const uint64_t total = uint64_t{job->ssd_hits.size()} * layout.num_layers * layout.num_planes;

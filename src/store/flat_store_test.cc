@@ -104,30 +104,45 @@ TEST_F(FlatStoreTest, RoundTripThroughBothMedia) {
   EXPECT_EQ(r.found, (std::vector<uint8_t>{1, 1, 0, 1}));
 }
 
+// Every kind from both media, into aligned and odd destinations, in restores small enough for
+// cached stores and large enough (5 MiB, above FlatStore::kStreamingCopyBytes) for streaming ones.
 TEST_F(FlatStoreTest, EveryBufferKindRoundTrips) {
-  auto keys = MakeKeys(3, 0, 6);
-  PutKeys(keys, MediaType::kSsd);
-  for (BufferKind kind : {BufferKind::kBlockContiguous, BufferKind::kBlockPlaneMajor,
-                          BufferKind::kPlanePointers, BufferKind::kSlicePointers}) {
-    const uint64_t per = PointersPerBlock(kind, kLayout);
-    const uint64_t chunk = kLayout.block_bytes() / per;
-    std::vector<uint8_t> mem(kLayout.block_bytes() * keys.size() + 7);
-    std::vector<void*> ptrs;
-    for (uint64_t i = 0; i < per * keys.size(); ++i) ptrs.push_back(mem.data() + 7 + i * chunk);
-    BlockBuffers dst{kind, ptrs};
-    auto r = store_->Get(keys, kLayout, dst);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(r->hits, keys.size()) << BufferKindName(kind);
-    // Compare slice by slice against the block-contiguous original.
-    std::vector<uint8_t> want(kLayout.block_bytes());
-    for (size_t b = 0; b < keys.size(); ++b) {
-      FillBlock(keys[b], want.data(), want.size());
-      for (uint32_t l = 0; l < kLayout.num_layers; ++l) {
-        for (uint32_t p = 0; p < kLayout.num_planes; ++p) {
-          const uint8_t* got = SliceAddress(dst, kLayout, b, l, p);
-          const uint8_t* exp = want.data() + (l * kLayout.num_planes + p) * kLayout.slice_bytes;
-          ASSERT_EQ(0, std::memcmp(got, exp, kLayout.slice_bytes))
-              << BufferKindName(kind) << " b" << b << " l" << l << " p" << p;
+  ASSERT_GE(40 * kLayout.block_bytes(), FlatStore::kStreamingCopyBytes);
+  for (MediaType medium : {MediaType::kSsd, MediaType::kDram}) {
+    for (uint64_t count : {6, 40}) {
+      auto keys = MakeKeys(3 + static_cast<int>(medium), 1000 * count, count);
+      PutKeys(keys, medium);
+      for (uint64_t misalign : {7, 0}) {
+        for (BufferKind kind : {BufferKind::kBlockContiguous, BufferKind::kBlockPlaneMajor,
+                                BufferKind::kPlanePointers, BufferKind::kSlicePointers}) {
+          SCOPED_TRACE(testing::Message()
+                       << BufferKindName(kind) << (medium == MediaType::kSsd ? " SSD " : " DRAM ")
+                       << count << " blocks, destination +" << misalign);
+          const uint64_t per = PointersPerBlock(kind, kLayout);
+          const uint64_t chunk = kLayout.block_bytes() / per;
+          std::vector<uint8_t> mem(kLayout.block_bytes() * keys.size() + 4096 + misalign);
+          uint8_t* base =
+              mem.data() + (4096 - reinterpret_cast<uintptr_t>(mem.data()) % 4096) + misalign;
+          std::vector<void*> ptrs;
+          for (uint64_t i = 0; i < per * keys.size(); ++i) ptrs.push_back(base + i * chunk);
+          BlockBuffers dst{kind, ptrs};
+          auto r = store_->Get(keys, kLayout, dst);
+          ASSERT_TRUE(r.ok()) << r.status().ToString();
+          EXPECT_EQ(r->hits, keys.size());
+          // Compare slice by slice against the block-contiguous original.
+          std::vector<uint8_t> want(kLayout.block_bytes());
+          for (size_t b = 0; b < keys.size(); ++b) {
+            FillBlock(keys[b], want.data(), want.size());
+            for (uint32_t l = 0; l < kLayout.num_layers; ++l) {
+              for (uint32_t p = 0; p < kLayout.num_planes; ++p) {
+                const uint8_t* got = SliceAddress(dst, kLayout, b, l, p);
+                const uint8_t* exp =
+                    want.data() + (l * kLayout.num_planes + p) * kLayout.slice_bytes;
+                ASSERT_EQ(0, std::memcmp(got, exp, kLayout.slice_bytes))
+                    << " b" << b << " l" << l << " p" << p;
+              }
+            }
+          }
         }
       }
     }
@@ -586,6 +601,43 @@ TEST(FlatStoreErrors, CorruptedBlockIsAMissAndCounted) {
   EXPECT_EQ(g->found, (std::vector<uint8_t>{1, 1, 0, 1}));
   EXPECT_EQ(g->corrupt, 1u);
   EXPECT_EQ(store.GetStats().checksum_mismatches, 1u);
+}
+
+// The DRAM path hashes each slice as it copies it: a byte changed in the arena after the put is
+// a miss, whichever copy order (per block or per run) and stores (cached or streaming) serve it.
+TEST(FlatStoreErrors, CorruptedDramBlockIsAMissAndCounted) {
+  TempDir dir;
+  auto r = FlatStore::OpenWithEngine(SmallOptions(dir.path()), nullptr);
+  ASSERT_TRUE(r.ok());
+  FlatStore& store = **r;
+  constexpr uint64_t kBlocks = 40;  // 5 MiB: restored whole, with streaming stores
+  auto keys = MakeKeys(501, 0, kBlocks);
+  HostBlocks src(kLayout, kBlocks);
+  src.Fill(keys);
+  WriteHints dram;
+  dram.force_medium = MediaType::kDram;
+  ASSERT_TRUE(store.Put(keys, kLayout, src.buffers(), dram).ok());
+  // The first segment of a fresh store starts the arena: flip a byte of block 2's layer-1 slice.
+  store.TEST_dram_arena()[SegmentLayout(kLayout, kBlocks).SliceOffset(1, 0, 2) + 100] ^= 0xFF;
+  for (uint64_t n : {kBlocks, uint64_t{4}}) {
+    for (BufferKind kind : {BufferKind::kBlockContiguous, BufferKind::kSlicePointers}) {
+      SCOPED_TRACE(testing::Message() << n << " blocks into " << BufferKindName(kind));
+      const uint64_t per = PointersPerBlock(kind, kLayout);
+      HostBlocks dst(kLayout, n);
+      std::vector<void*> ptrs;
+      for (uint64_t i = 0; i < per * n; ++i) {
+        ptrs.push_back(dst.bytes.data() + i * (kLayout.block_bytes() / per));
+      }
+      const uint64_t before = store.GetStats().checksum_mismatches;
+      auto g = store.Get(std::span<const Key>(keys.data(), n), kLayout, BlockBuffers{kind, ptrs});
+      ASSERT_TRUE(g.ok());
+      EXPECT_EQ(g->corrupt, 1u);
+      EXPECT_EQ(g->hits, n - 1);
+      EXPECT_EQ(g->found[2], 0);
+      EXPECT_EQ(g->found[3], 1);
+      EXPECT_EQ(store.GetStats().checksum_mismatches, before + 1);
+    }
+  }
 }
 
 TEST(FlatStoreOpen, RefusesBadSsdDirectories) {

@@ -37,9 +37,10 @@ class FlatStore;
 struct RestoreHit {
   uint32_t key = 0;  // index into the request's keys
   IndexEntry entry;
-  uint64_t offset = 0;    // the decoded GVA's offset in its medium
-  bool valid = true;      // false: the entry's address did not decode (never read)
-  uint64_t checksum = 0;  // of the delivered bytes
+  uint64_t offset = 0;        // the decoded GVA's offset in its medium
+  uint64_t plane_stride = 0;  // of its segment: entry.layer_stride / planes
+  bool valid = true;          // false: the entry's address did not decode (never read)
+  uint64_t checksum = 0;      // of the delivered bytes
 };
 
 struct RestoreJob {

@@ -2,6 +2,7 @@
 // produces a segment's layer-major byte stream from the caller's buffers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -13,58 +14,90 @@
 #include "store/scope.h"
 #include "store/segment_layout.h"
 #include "util/aligned_buffer.h"
+#include "util/checksum.h"
 #include "util/thread_annotations.h"
 
 namespace flatcake {
 
-// A free list of equally sized, 4 KiB-aligned staging buffers (O_DIRECT needs aligned memory).
-// Fresh pages are expensive to fault in (tens of microseconds each in a VM), so buffers are kept
-// and reused across writes instead of being allocated per segment. Thread-safe.
+// The SSD write path's staging: `count` equally sized, 4 KiB-aligned buffers (O_DIRECT needs
+// aligned memory) carved from one allocation made when the store opens, huge-page backed and
+// faulted in then, since first touch of fresh pages costs more than the copy into them on virtual
+// machines (docs/performance.md); region() can be registered with the engine once. A segment
+// write borrows up to all of them, gathers into each in turn and keeps a write in flight from each
+// while it gathers the next. Borrowers never wait for buffers while they hold some, so the pool
+// cannot deadlock; concurrent writers share it and may wait for one another. Thread-safe.
 class StagingPool {
  public:
-  // A buffer on loan from the pool, returned to it when the lease is destroyed. data() is null
-  // when memory was exhausted. REQUIRES: the pool outlives its leases.
-  class Lease {
+  static constexpr uint32_t kMaxBuffers = 64;
+
+  // Buffers on loan, given back when the loan is destroyed. REQUIRES: the pool outlives it.
+  class Loan {
    public:
-    Lease(Lease&& other) noexcept = default;
-    Lease& operator=(Lease&&) = delete;
-    ~Lease() {
-      if (!buffer_.empty()) pool_->Return(std::move(buffer_));
-    }
-    uint8_t* data() const { return buffer_.data(); }
+    Loan(const Loan&) = delete;
+    Loan& operator=(const Loan&) = delete;
+    ~Loan() { pool_->Return(std::span<uint8_t* const>(bufs_, count_)); }
+    uint32_t size() const { return count_; }
+    uint8_t* operator[](uint32_t i) const { return bufs_[i]; }
 
    private:
     friend class StagingPool;
-    Lease(StagingPool* pool, AlignedBuffer buffer) : pool_(pool), buffer_(std::move(buffer)) {}
-    StagingPool* pool_;
-    AlignedBuffer buffer_;
+    Loan(StagingPool* pool, uint32_t want) : pool_(pool) { count_ = pool->Take(want, bufs_); }
+    StagingPool* const pool_;
+    uint8_t* bufs_[kMaxBuffers];
+    uint32_t count_ = 0;
   };
 
-  explicit StagingPool(uint64_t buffer_bytes) : bytes_(buffer_bytes) {}
-  uint64_t buffer_bytes() const { return bytes_; }
-  // Lends a kept buffer, or a new one.
-  Lease Acquire() EXCLUDES(mu_) {
-    {
-      MutexLock lock(mu_);
-      if (!free_.empty()) {
-        AlignedBuffer b = std::move(free_.back());
-        free_.pop_back();
-        return Lease(this, std::move(b));
-      }
-    }
-    Result<AlignedBuffer> fresh = AlignedBuffer::Allocate(bytes_, {.alignment = 4096});
-    return Lease(this, fresh.ok() ? std::move(fresh).value() : AlignedBuffer());
+  // REQUIRES: buffer_bytes a multiple of 4 KiB; 1 <= count <= kMaxBuffers.
+  static Result<std::unique_ptr<StagingPool>> Create(uint64_t buffer_bytes, uint32_t count) {
+    FC_ASSIGN_OR_RETURN(
+        AlignedBuffer mem,
+        AlignedBuffer::Allocate(buffer_bytes * count, {.alignment = AlignedBuffer::kHugePageBytes,
+                                                       .backing = PageBacking::kTransparentHuge,
+                                                       .prefault = true}));
+    return std::unique_ptr<StagingPool>(new StagingPool(buffer_bytes, count, std::move(mem)));
   }
 
+  uint64_t buffer_bytes() const { return bytes_; }
+  uint32_t count() const { return count_; }
+  IoBufferRegion region() const { return IoBufferRegion{mem_.data(), mem_.size()}; }
+
+  // Lends between 1 and `want` buffers: as many as are free, once at least one is.
+  // REQUIRES: the caller holds no loan of this pool.
+  Loan Borrow(uint32_t want) { return Loan(this, want); }
+
  private:
-  void Return(AlignedBuffer b) EXCLUDES(mu_) {
+  StagingPool(uint64_t buffer_bytes, uint32_t count, AlignedBuffer mem)
+      : bytes_(buffer_bytes), count_(count), mem_(std::move(mem)) {
+    MutexLock lock(mu_);  // uncontended: taken for the analysis
+    free_.reserve(count);
+    for (uint32_t i = count; i-- > 0;) free_.push_back(mem_.data() + i * buffer_bytes);
+  }
+  // Moves between 1 and `want` free buffers to `out`, waiting until one is free; returns how many.
+  uint32_t Take(uint32_t want, uint8_t** out) EXCLUDES(mu_) {
     MutexLock lock(mu_);
-    free_.push_back(std::move(b));
+    while (free_.empty()) cv_.Wait(mu_);
+    want = std::clamp<uint32_t>(want, 1, count_);
+    uint32_t n = 0;
+    while (n < want && !free_.empty()) {
+      out[n++] = free_.back();
+      free_.pop_back();
+    }
+    return n;
+  }
+  void Return(std::span<uint8_t* const> bufs) EXCLUDES(mu_) {
+    {
+      MutexLock lock(mu_);
+      free_.insert(free_.end(), bufs.begin(), bufs.end());
+    }
+    cv_.NotifyAll();
   }
 
   const uint64_t bytes_;
+  const uint32_t count_;
+  const AlignedBuffer mem_;
   Mutex mu_;
-  std::vector<AlignedBuffer> free_ GUARDED_BY(mu_);
+  CondVar cv_;
+  std::vector<uint8_t*> free_ GUARDED_BY(mu_);  // reserved for count_ entries: never reallocates
 };
 
 // Tracks asynchronously submitted ops by tag (tags 0, 1, 2, ... in submission order) so a caller
@@ -111,43 +144,88 @@ class IoWaiter final : public IoCompletionSink {
 };
 
 // Produces any byte range of a segment laid out [layer][plane][block] (SegmentLayout: each run
-// padded with zeros to its plane stride) from source blocks `blocks` (indices into `src`).
+// padded with zeros to its plane stride) from source blocks `blocks` (indices into `src`), and the
+// blocks' checksums in the same pass: each whole slice is copied by CopySliceWithChecksum, which
+// hashes the bytes it stores. A slice that a range boundary splits is hashed whole, from the
+// source, by the range that holds its first byte. Not thread-safe (the sums accumulate).
 class SegmentGather {
  public:
   SegmentGather(const KvLayout& layout, const Segment& seg, const BlockBuffers& src,
                 std::span<const uint32_t> blocks)
-      : layout_(layout), seg_(layout, seg.num_blocks), src_(src), blocks_(blocks) {}
+      : layout_(layout),
+        seg_(layout, seg.num_blocks),
+        src_(src),
+        blocks_(blocks),
+        sums_(seg.num_blocks, 0) {}
 
-  // Writes segment bytes [pos, pos + len) to dst.
-  void Fill(uint64_t pos, uint64_t len, uint8_t* dst) const {
+  // Writes segment bytes [pos, pos + len) to dst with `stores` (fenced before it returns).
+  void Fill(uint64_t pos, uint64_t len, uint8_t* dst, CopyStores stores) {
     const uint64_t s = layout_.slice_bytes;
+    const uint64_t stride = seg_.PlaneStride();
     const uint64_t payload = seg_.RunPayload();
+    const uint32_t planes = layout_.num_planes;
+    // Where pos lies: run (l, p), offset in the run, and within the payload block b, byte q;
+    // advanced piece by piece below (no division per slice).
+    const uint64_t run = pos / stride;
+    auto l = static_cast<uint32_t>(run / planes);
+    auto p = static_cast<uint32_t>(run % planes);
+    uint64_t in_run = pos % stride;
+    uint64_t b = in_run / s;
+    uint64_t q = in_run % s;
     while (len > 0) {
-      const uint64_t run = pos / seg_.PlaneStride();
-      const uint64_t in_run = pos % seg_.PlaneStride();
       uint64_t n;
       if (in_run < payload) {
-        const uint64_t b = in_run / s;
-        const uint64_t q = in_run % s;
         n = std::min(len, s - q);
-        const uint32_t l = static_cast<uint32_t>(run / layout_.num_planes);
-        const uint32_t p = static_cast<uint32_t>(run % layout_.num_planes);
-        std::memcpy(dst, SliceAddress(src_, layout_, blocks_[b], l, p) + q, n);
+        const uint8_t* from = SliceAddress(src_, layout_, blocks_[b], l, p);
+        const uint32_t position = l * planes + p;
+        if (n == s) {
+          sums_[b] += CopySliceWithChecksum(dst, from, s, position, stores, NextSource(l, p, b));
+        } else {
+          if (q == 0) sums_[b] += SliceChecksum(from, s, position);
+          CopySlice(dst, from + q, n, stores);
+        }
+        q += n;
+        if (q == s) {
+          q = 0;
+          ++b;
+        }
       } else {
-        n = std::min(len, seg_.PlaneStride() - in_run);
+        n = std::min(len, stride - in_run);
         std::memset(dst, 0, n);
       }
       dst += n;
-      pos += n;
       len -= n;
+      in_run += n;
+      if (in_run == stride) {  // the next run
+        in_run = b = q = 0;
+        if (++p == planes) {
+          p = 0;
+          ++l;
+        }
+      }
     }
+    // Before the bytes are written out or published.
+    if (stores == CopyStores::kStreaming) FenceStreamingStores();
   }
 
+  // Per block of the segment, its BlockChecksum; complete once Fill covered the whole segment.
+  std::span<const uint64_t> checksums() const { return sums_; }
+
  private:
+  // Where the slice after block b's slice (l, p) comes from in segment order (the next block's,
+  // else the next run's first block's), for the copy to prefetch; null after the last.
+  const uint8_t* NextSource(uint32_t l, uint32_t p, uint64_t b) const {
+    if (b + 1 < blocks_.size()) return SliceAddress(src_, layout_, blocks_[b + 1], l, p);
+    if (p + 1 < layout_.num_planes) return SliceAddress(src_, layout_, blocks_[0], l, p + 1);
+    if (l + 1 < layout_.num_layers) return SliceAddress(src_, layout_, blocks_[0], l + 1, 0);
+    return nullptr;
+  }
+
   const KvLayout& layout_;
   const SegmentLayout seg_;
   const BlockBuffers& src_;
   std::span<const uint32_t> blocks_;
+  std::vector<uint64_t> sums_;
 };
 
 }  // namespace flatcake

@@ -87,5 +87,62 @@ TEST(Checksum, SliceChecksumIsSeededXxh3) {
   }
 }
 
+// The fused copy must hash exactly as SliceChecksum does (its hashes are compared with checksums
+// stored by the plain path) and copy exactly len bytes, on every instruction set this CPU has:
+// every length class of XXH3 (short, mid, the 1 KiB block boundaries of the long path, a tail of 1
+// to 64 bytes), seeds, aligned and odd source and destination addresses (32 but not 64 aligned
+// included), both store kinds; guard bytes around the destination.
+TEST(Checksum, FusedCopyCopiesAndHashesAsSliceChecksumOnEveryIsa) {
+  constexpr uint64_t kMax = 3 * 16384 + 130;
+  constexpr uint64_t kGuard = 64;
+  std::vector<uint8_t> src(kMax + 64);
+  std::mt19937_64 rng(11);
+  for (auto& b : src) b = static_cast<uint8_t>(rng());
+  alignas(64) static uint8_t dst[kMax + 2 * kGuard + 64];
+  int isas = 0;
+  for (CopyIsa isa : {CopyIsa::kPortable, CopyIsa::kAvx2, CopyIsa::kAvx512}) {
+    if (!TEST_CopyIsaAvailable(isa)) continue;
+    ++isas;
+    const uint64_t lengths[] = {0,    1,    16,   17,   64,   65,   128,   129,       240,
+                                241,  255,  256,  257,  1023, 1024, 1025,  1087,      1088,
+                                1089, 2048, 4096, 4097, 8191, 8192, 16384, 16384 + 5, kMax};
+    for (uint64_t len : lengths) {
+      for (uint64_t src_off : {0, 3}) {
+        for (uint64_t dst_off : {0, 1, 32}) {
+          for (CopyStores stores : {CopyStores::kCached, CopyStores::kStreaming}) {
+            for (bool hash : {true, false}) {
+              for (uint32_t position : {0u, 77u}) {
+                SCOPED_TRACE(testing::Message()
+                             << "isa " << static_cast<int>(isa) << " len " << len << " src+"
+                             << src_off << " dst+" << dst_off << " streaming "
+                             << (stores == CopyStores::kStreaming) << " hash " << hash
+                             << " position " << position);
+                std::memset(dst, 0xA5, sizeof dst);
+                uint8_t* d = dst + kGuard + dst_off;
+                const uint64_t h =
+                    TEST_CopySliceOn(isa, hash, d, &src[src_off], len, position, stores);
+                FenceStreamingStores();
+                if (hash) EXPECT_EQ(h, SliceChecksum(&src[src_off], len, position));
+                EXPECT_EQ(std::memcmp(d, &src[src_off], len), 0);
+                EXPECT_TRUE(std::all_of(dst, d, [](uint8_t b) { return b == 0xA5; }));
+                EXPECT_TRUE(
+                    std::all_of(d + len, dst + sizeof dst, [](uint8_t b) { return b == 0xA5; }));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(isas, 1);
+  // The entry points the store calls (the widest instruction set), with a prefetch target.
+  uint8_t* d = dst + kGuard;
+  EXPECT_EQ(CopySliceWithChecksum(d, src.data(), 8192, 5, CopyStores::kStreaming, &src[8192]),
+            SliceChecksum(src.data(), 8192, 5));
+  CopySlice(d + 1, src.data(), 4096, CopyStores::kStreaming, src.data());
+  FenceStreamingStores();
+  EXPECT_EQ(std::memcmp(d + 1, src.data(), 4096), 0);
+}
+
 }  // namespace
 }  // namespace flatcake

@@ -1,0 +1,54 @@
+#include "cli/bench_util.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "cli/store_flags.h"
+
+namespace flatcake::cli {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+Result<AlignedBuffer> AllocateHostMemory(uint64_t bytes, bool huge) {
+  return AlignedBuffer::Allocate(
+      bytes, {.alignment = AlignedBuffer::kHugePageBytes,
+              .backing = huge ? PageBacking::kTransparentHuge : PageBacking::kSmallPages,
+              .prefault = true});
+}
+
+Status CheckHostMemory(uint64_t need, const std::string& who, const std::string& for_what) {
+  const uint64_t phys =
+      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (need > phys / 4 * 3) {
+    return Status::InvalidArgument(
+        who + " needs " + std::to_string(need >> 20) + " MiB of host memory for " + for_what +
+        ", more than 3/4 of this machine's " + std::to_string(phys >> 20) + " MiB");
+  }
+  return Status::OK();
+}
+
+void AddBenchIoFlags(CLI::App* cmd, IoEngineKind* engine, uint32_t* workers, uint32_t* depth) {
+  AddStoreFlag(cmd, "io_engine", engine);
+  cmd->add_option("--io-workers", *workers, "I/O worker threads")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--io-queue-depth", *depth, "Queue depth per worker")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+}
+
+void AddDestPagesFlag(CLI::App* cmd, std::string* pages, const std::string& what) {
+  cmd->add_option("--dest-pages", *pages,
+                  "Pages of " + what +
+                      ": thp (transparent huge pages, as a serving engine's host KV pool) or 4k")
+      ->check(CLI::IsMember({"thp", "4k"}))
+      ->capture_default_str();
+}
+
+}  // namespace flatcake::cli
