@@ -49,8 +49,6 @@ namespace {
 enum Path : int { kDramPut, kDramGet, kSsdPut, kSsdGet, kPaths };
 constexpr const char* kPathNames[kPaths] = {"dram_put", "dram_get", "ssd_put", "ssd_get"};
 constexpr const char* kLimitNames[kPaths] = {"memcpy", "memcpy", "o_direct_write", "o_direct_read"};
-constexpr BufferKind kKinds[] = {BufferKind::kBlockContiguous, BufferKind::kPlanePointers,
-                                 BufferKind::kSlicePointers};
 
 struct PathsArgs {
   uint64_t bytes = 256 * kMiB;

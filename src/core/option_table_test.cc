@@ -81,6 +81,9 @@ TEST(OptionTable, RowsAreWellFormed) {
       case OptionKind::kPathList:
         EXPECT_TRUE(std::holds_alternative<std::vector<std::string> StoreOptions::*>(spec.member));
         break;
+      case OptionKind::kPath:
+        EXPECT_TRUE(std::holds_alternative<std::string StoreOptions::*>(spec.member));
+        break;
     }
     EXPECT_EQ(spec.kind == OptionKind::kEnum, !spec.choices.empty());
     EXPECT_TRUE(spec.kind == OptionKind::kBool || !spec.flag_clears);
@@ -124,6 +127,7 @@ TEST(OptionTable, ValidationRejectsValuesOutsideEachRow) {
       case OptionKind::kEnum: bad = {std::string("bogus"), uint64_t{0}}; break;
       case OptionKind::kBool: bad = {std::string("true")}; break;
       case OptionKind::kPathList: bad = {std::string("/tmp")}; break;
+      case OptionKind::kPath: bad = {std::vector<std::string>{"/tmp"}, uint64_t{0}}; break;
     }
     for (const OptionValue& value : bad) {
       StoreOptions o;

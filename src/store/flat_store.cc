@@ -250,15 +250,8 @@ Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout
     }
     for (uint32_t b = 0; b < ps.seg.num_blocks; ++b) {
       const uint32_t k = ps.first_block + b;
-      IndexEntry e;
-      e.gva = MakeGva(medium, ps.seg.base + seg_layout.BlockOffset(b));
-      e.layer_stride = seg_layout.LayerStride();
-      e.checksum = checksums[b];
-      e.scope_id = scope_id;
-      e.scope_gen = gen;
-      e.segment = ps.segment_no;
-      e.block = b;
-      index_->Publish(resv[k], e);
+      index_->Publish(resv[k], BlockEntry(medium, ps.seg.base, seg_layout, b, checksums[b],
+                                          scope_id, gen, ps.segment_no));
     }
     published += ps.seg.num_blocks;
     media_[static_cast<int>(medium)].admitted.fetch_add(ps.seg.bytes, std::memory_order_relaxed);

@@ -33,6 +33,7 @@
 #include "store/placement.h"
 #include "store/restore_job.h"
 #include "store/scope.h"
+#include "store/segment_layout.h"
 #include "store/staging.h"
 #include "util/thread_annotations.h"
 
@@ -164,6 +165,11 @@ class FlatStore final : public Store {
   Status OpenJournal(MediaType m) EXCLUDES(mu_);
   // Rebuilds the medium's scopes, sessions, extents and index entries from its journal.
   Status Recover(MediaType m, const durable::ScanResult& scan) EXCLUDES(mu_);
+  // Recovery: one scope from its claimed segments (in segment order); returns the segments
+  // skipped (no scope slot, or a layout other than the scope's).
+  uint64_t RebuildScopeLocked(MediaType m, uint64_t uid, uint64_t journal_bytes,
+                              std::span<const durable::SegmentRecord* const> segs,
+                              uint64_t last_use_ns) REQUIRES(mu_) REQUIRES_SHARED(index_mu_);
   // The commit record of a written SSD segment, appended before its blocks are published.
   // sync=every: the segment's data is flushed first and the record after.
   Status CommitSegment(ScopeSlot& scope, const PendingSegment& ps, std::span<const Key> keys,
@@ -207,6 +213,20 @@ class FlatStore final : public Store {
   std::shared_ptr<RestoreJob> FindJob(uint64_t id, bool take);
 
   Gva MakeGva(MediaType m, uint64_t offset) const { return EncodeGva(m, options_.node_id, offset); }
+  // The index entry of block `b` of the segment at `base` (laid out as `sl`) of scope `scope_id`.
+  IndexEntry BlockEntry(MediaType m, uint64_t base, const SegmentLayout& sl, uint32_t b,
+                        uint64_t checksum, uint32_t scope_id, uint32_t gen,
+                        uint32_t segment_no) const {
+    IndexEntry e;
+    e.gva = MakeGva(m, base + sl.BlockOffset(b));
+    e.layer_stride = sl.LayerStride();
+    e.checksum = checksum;
+    e.scope_id = scope_id;
+    e.scope_gen = gen;
+    e.segment = segment_no;
+    e.block = b;
+    return e;
+  }
   uint64_t NowNs() const;
 
   const StoreOptions options_;

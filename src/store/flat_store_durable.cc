@@ -18,8 +18,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
+#include <unordered_set>
 
 #include "store/flat_store.h"
 #include "store/segment_layout.h"
@@ -89,76 +91,98 @@ Status FlatStore::OpenJournal(MediaType m) {
   return Status::OK();
 }
 
-Status FlatStore::Recover(MediaType m, const durable::ScanResult& scan) {
-  const bool ssd = m == MediaType::kSsd;
-  const int mi = static_cast<int>(m);
-  Journal& journal = *journal_[mi];
-  // 1. Replay: the live segments, by scope, in journal order.
-  std::map<uint64_t, std::vector<durable::SegmentRecord>> live;
-  std::map<uint64_t, uint64_t> record_bytes;
-  uint64_t skipped = scan.skipped, max_seq = 0, max_uid = 0;
+namespace {
+
+// What a journal's records leave live: the segments of each scope (journal order), each scope's
+// record bytes, and what replay skipped. Pure: recovery claims and rebuilds from it.
+struct Replayed {
+  std::map<uint64_t, std::vector<durable::SegmentRecord>> live;  // scope uid -> its segments
+  std::map<uint64_t, uint64_t> record_bytes;                     // scope uid -> journal bytes
+  uint64_t skipped = 0, max_seq = 0, max_uid = 0;
+  bool foreign_header = false;  // a header record names another pool (or arena)
+};
+
+Replayed Replay(const durable::ScanResult& scan,
+                const std::function<bool(const durable::HeaderRecord&)>& mine) {
+  Replayed out;
+  out.skipped = scan.skipped;
   for (const durable::RecordView& r : scan.records) {
-    max_seq = std::max(max_seq, r.seq);
+    out.max_seq = std::max(out.max_seq, r.seq);
     switch (r.type) {
       case RecordType::kHeader: {
         auto h = durable::DecodeHeader(r.payload);
-        const bool mine = h.ok() && (ssd ? h->store_id == ssd_->store_id()
-                                         : h->num_files == 0 && h->file_bytes == dram_->capacity());
-        if (!mine) {
-          return Status::InvalidArgument(
-              "journal '" + journal.path() + "' belongs to another " +
-              (ssd ? std::string("pool than the files beside it")
-                   : "arena than '" + options_.dram_path + "'") +
-              "; to discard it and start empty, open with wipe=true (--wipe)");
+        if (!h.ok() || !mine(*h)) {
+          out.foreign_header = true;
+          return out;
         }
         break;
       }
       case RecordType::kSegment: {
         auto seg = durable::DecodeSegment(r.payload);
         if (!seg.ok()) {
-          skipped++;
+          out.skipped++;
           break;
         }
         // A torn or missing header only loses the check that the journal is this pool's; the
         // superblocks matched, and every block is still checked against its checksum.
         seg->seq = r.seq;
-        max_uid = std::max(max_uid, seg->scope_uid);
-        record_bytes[seg->scope_uid] +=
-            durable::kRecordHeaderBytes + (r.payload.size() + 7) / 8 * 8;
-        live[seg->scope_uid].push_back(std::move(*seg));
+        out.max_uid = std::max(out.max_uid, seg->scope_uid);
+        out.record_bytes[seg->scope_uid] += r.framed_bytes();
+        out.live[seg->scope_uid].push_back(std::move(*seg));
         break;
       }
       case RecordType::kFreeScope: {
         auto uid = durable::DecodeFreeScope(r.payload);
         if (!uid.ok()) {
-          skipped++;
+          out.skipped++;
           break;
         }
-        live.erase(*uid);
-        record_bytes.erase(*uid);
+        out.live.erase(*uid);
+        out.record_bytes.erase(*uid);
         break;
       }
       case RecordType::kClear:
-        live.clear();
-        record_bytes.clear();
+        out.live.clear();
+        out.record_bytes.clear();
         break;
-      default: skipped++;
+      default: out.skipped++;
     }
   }
-
-  // 2. Rebuild, oldest scope first; an extent claimed twice goes to the segment committed last (a
-  // lost free record let an older claim survive), so claim in descending journal order.
-  std::vector<std::pair<uint64_t, const durable::SegmentRecord*>> by_age;  // newest first
-  for (auto& [uid, segs] : live) {
+  for (auto& [uid, segs] : out.live) {
     std::sort(segs.begin(), segs.end(),
               [](const auto& a, const auto& b) { return a.segment_no < b.segment_no; });
-    for (const auto& seg : segs) by_age.emplace_back(uid, &seg);
   }
-  std::sort(by_age.begin(), by_age.end(),
-            [](const auto& a, const auto& b) { return a.second->seq > b.second->seq; });
-  std::map<const durable::SegmentRecord*, bool> claimed;
+  return out;
+}
+
+}  // namespace
+
+Status FlatStore::Recover(MediaType m, const durable::ScanResult& scan) {
+  const bool ssd = m == MediaType::kSsd;
+  Journal& journal = *journal_[static_cast<int>(m)];
+  // 1. Replay: the live segments, by scope.
+  Replayed rep = Replay(scan, [&](const durable::HeaderRecord& h) {
+    return ssd ? h.store_id == ssd_->store_id()
+               : h.num_files == 0 && h.file_bytes == dram_->capacity();
+  });
+  if (rep.foreign_header) {
+    return Status::InvalidArgument("journal '" + journal.path() + "' belongs to another " +
+                                   (ssd ? std::string("pool than the files beside it")
+                                        : "arena than '" + options_.dram_path + "'") +
+                                   "; to discard it and start empty, open with wipe=true (--wipe)");
+  }
+
+  // 2. Claim extents. One claimed twice goes to the segment committed last (a lost free record
+  // let an older claim survive), so claim in descending journal order.
+  std::vector<const durable::SegmentRecord*> newest_first;
+  for (const auto& [uid, segs] : rep.live) {
+    for (const auto& seg : segs) newest_first.push_back(&seg);
+  }
+  std::sort(newest_first.begin(), newest_first.end(),
+            [](const auto* a, const auto* b) { return a->seq > b->seq; });
+  std::unordered_set<const durable::SegmentRecord*> claimed;
   const uint64_t fb = ssd ? ssd_->file_bytes() : dram_->capacity();
-  for (const auto& [uid, seg] : by_age) {
+  for (const durable::SegmentRecord* seg : newest_first) {
     const SegmentLayout sl(seg->layout, seg->num_blocks);
     const bool sane = sl.Bytes() == seg->bytes && sl.PlaneStride() == seg->run_stride &&
                       seg->keys.size() == seg->num_blocks &&
@@ -167,105 +191,96 @@ Status FlatStore::Recover(MediaType m, const durable::ScanResult& scan) {
                        : ssd ? ssd_->AllocateAt(seg->base, seg->bytes)
                              : dram_->AllocateAt(seg->base, seg->bytes);
     if (got.ok()) {
-      claimed[seg] = true;
+      claimed.insert(seg);
     } else {
-      skipped++;
+      rep.skipped++;
     }
   }
 
+  // 3. Rebuild each scope with a claimed segment, oldest first.
   ReaderLock index_lock(index_mu_);
   MutexLock lock(mu_);
   const uint64_t now = NowNs();
   uint64_t anon = 0;
-  for (auto& [uid, segs] : live) {
-    const durable::SegmentRecord* first = nullptr;
+  for (const auto& [uid, segs] : rep.live) {
+    std::vector<const durable::SegmentRecord*> mine;
     for (const auto& seg : segs) {
-      if (claimed.count(&seg)) {
-        first = &seg;
-        break;
-      }
+      if (claimed.count(&seg)) mine.push_back(&seg);
     }
-    if (first == nullptr) continue;
-    auto slot = NewScopeLocked(m, first->layout, first->session);
-    if (!slot.ok()) {
-      // More scopes than max_scopes allows: the rest is dropped (its extents freed again).
-      for (const auto& seg : segs) {
-        if (claimed.count(&seg)) FreeExtentLocked(m, Segment{seg.base, 0, 0, seg.bytes});
-        skipped++;
-      }
-      continue;
-    }
-    const uint32_t id = *slot;
-    ScopeSlot& scope = scopes_[id];
-    const uint32_t gen = scope.generation();
-    scope.uid = uid;
-    scope.journal_bytes = record_bytes[uid];
-    live_journal_bytes_[mi] += scope.journal_bytes;
-    const durable::SegmentRecord* last = first;
-    for (const auto& seg : segs) {
-      if (!claimed.count(&seg)) continue;
-      if (!(seg.layout ==
-            scope.layout)) {  // a scope has one layout; a record that disagrees is bad
-        FreeExtentLocked(m, Segment{seg.base, 0, 0, seg.bytes});
-        skipped++;
-        continue;
-      }
-      Segment s;
-      s.base = seg.base;
-      s.num_blocks = seg.num_blocks;
-      s.run_stride = seg.run_stride;
-      s.bytes = seg.bytes;
-      const uint32_t segment_no = static_cast<uint32_t>(scope.segments.size());
-      s.first_key = static_cast<uint32_t>(scope.keys.size());
-      scope.segments.push_back(s);
-      scope.used_bytes += s.bytes;
-      const SegmentLayout sl(seg.layout, seg.num_blocks);
-      for (uint32_t b = 0; b < seg.num_blocks; ++b) {
-        // Kept whatever happens below, so the segment's keys stay its own range (the index only
-        // erases a key's entry when it is this scope's).
-        scope.keys.push_back(seg.keys[b]);
-        scope.checksums.push_back(seg.checksums[b]);
-        BlockIndex::Reservation r;
-        if (index_->Reserve(seg.keys[b], &r) != BlockIndex::ReserveOutcome::kReserved) {
-          continue;  // the key is in another scope too (or the index is full): one copy serves
-        }
-        IndexEntry e;
-        e.gva = MakeGva(m, seg.base + sl.BlockOffset(b));
-        e.layer_stride = sl.LayerStride();
-        e.checksum = seg.checksums[b];
-        e.scope_id = id;
-        e.scope_gen = gen;
-        e.segment = segment_no;
-        e.block = b;
-        index_->Publish(r, e);
-        scope.blocks++;
-        info_.recovered_blocks++;
-        info_.recovered_bytes += seg.layout.block_bytes();
-      }
-      info_.recovered_segments++;
-      last = &seg;
-    }
+    if (mine.empty()) continue;
     // Older scopes look older to reclamation, in journal order.
-    scope.Touch(now - std::min(now, max_uid - uid));
-    info_.recovered_scopes++;
-    Session& sess = sessions_[scope.session];
-    sess.scope[mi] = id;
-    sess.scope_gen[mi] = gen;
-    sess.turns = last->turns;
-    sess.context_tokens = last->context_tokens;
-    if (!scope.keys.empty()) {
-      if (sess.has_tail) tails_.erase(sess.tail);
-      sess.tail = scope.keys.back();
-      sess.has_tail = true;
-      tails_[sess.tail] = scope.session;
-    }
-    anon = std::max(anon, AnonNumber(scope.session));
+    rep.skipped += RebuildScopeLocked(m, uid, rep.record_bytes[uid], mine,
+                                      now - std::min(now, rep.max_uid - uid));
+    anon = std::max(anon, AnonNumber(mine.front()->session));
   }
   anon_sessions_ = std::max(anon_sessions_, anon);
-  next_scope_uid_ = std::max(next_scope_uid_, max_uid + 1);
-  journal.SetNextSeq(max_seq + 1);
-  info_.skipped_records += skipped;
+  next_scope_uid_ = std::max(next_scope_uid_, rep.max_uid + 1);
+  journal.SetNextSeq(rep.max_seq + 1);
+  info_.skipped_records += rep.skipped;
   return Status::OK();
+}
+
+uint64_t FlatStore::RebuildScopeLocked(MediaType m, uint64_t uid, uint64_t journal_bytes,
+                                       std::span<const durable::SegmentRecord* const> segs,
+                                       uint64_t last_use_ns) {
+  const int mi = static_cast<int>(m);
+  auto slot = NewScopeLocked(m, segs.front()->layout, segs.front()->session);
+  if (!slot.ok()) {
+    // More scopes than max_scopes allows: this one is dropped (its extents freed again).
+    for (const auto* seg : segs) FreeExtentLocked(m, Segment{seg->base, 0, 0, seg->bytes});
+    return segs.size();
+  }
+  uint64_t skipped = 0;
+  const uint32_t id = *slot;
+  ScopeSlot& scope = scopes_[id];
+  const uint32_t gen = scope.generation();
+  scope.uid = uid;
+  scope.journal_bytes = journal_bytes;
+  live_journal_bytes_[mi] += journal_bytes;
+  const durable::SegmentRecord* last = segs.front();
+  for (const durable::SegmentRecord* rec : segs) {
+    if (!(rec->layout == scope.layout)) {  // a scope has one layout; a record that disagrees is bad
+      FreeExtentLocked(m, Segment{rec->base, 0, 0, rec->bytes});
+      skipped++;
+      continue;
+    }
+    Segment seg{rec->base, rec->num_blocks, rec->run_stride, rec->bytes};
+    const uint32_t segment_no = static_cast<uint32_t>(scope.segments.size());
+    seg.first_key = static_cast<uint32_t>(scope.keys.size());
+    scope.segments.push_back(seg);
+    scope.used_bytes += seg.bytes;
+    const SegmentLayout sl(rec->layout, rec->num_blocks);
+    for (uint32_t b = 0; b < rec->num_blocks; ++b) {
+      // Kept whatever happens below, so the segment's keys stay its own range (the index only
+      // erases a key's entry when it is this scope's).
+      scope.keys.push_back(rec->keys[b]);
+      scope.checksums.push_back(rec->checksums[b]);
+      BlockIndex::Reservation r;
+      if (index_->Reserve(rec->keys[b], &r) != BlockIndex::ReserveOutcome::kReserved) {
+        continue;  // the key is in another scope too (or the index is full): one copy serves
+      }
+      index_->Publish(r, BlockEntry(m, seg.base, sl, b, rec->checksums[b], id, gen, segment_no));
+      scope.blocks++;
+      info_.recovered_blocks++;
+      info_.recovered_bytes += rec->layout.block_bytes();
+    }
+    info_.recovered_segments++;
+    last = rec;
+  }
+  scope.Touch(last_use_ns);
+  info_.recovered_scopes++;
+  Session& sess = sessions_[scope.session];
+  sess.scope[mi] = id;
+  sess.scope_gen[mi] = gen;
+  sess.turns = last->turns;
+  sess.context_tokens = last->context_tokens;
+  if (!scope.keys.empty()) {
+    if (sess.has_tail) tails_.erase(sess.tail);
+    sess.tail = scope.keys.back();
+    sess.has_tail = true;
+    tails_[sess.tail] = scope.session;
+  }
+  return skipped;
 }
 
 Status FlatStore::CommitSegment(ScopeSlot& scope, const PendingSegment& ps,
