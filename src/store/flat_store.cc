@@ -6,7 +6,6 @@
 #include <cstring>
 #include <optional>
 
-#include "store/placement.h"
 #include "store/segment_layout.h"
 #include "store/staging.h"
 #include "util/align.h"
@@ -33,7 +32,7 @@ Result<std::unique_ptr<FlatStore>> FlatStore::OpenWithEngine(const StoreOptions&
 }
 
 FlatStore::FlatStore(const StoreOptions& options, std::unique_ptr<IoEngine> engine)
-    : options_(options), engine_(std::move(engine)) {}
+    : options_(options), engine_(std::move(engine)), placer_(options_, *this) {}
 
 FlatStore::~FlatStore() {
   if (syncer_.joinable()) {
@@ -151,6 +150,18 @@ uint64_t FlatStore::Used(MediaType m) const {
   return ssd_ ? ssd_->used() : 0;
 }
 
+Result<uint64_t> FlatStore::AllocateExtent(MediaType m, uint64_t bytes, uint64_t hint) {
+  return m == MediaType::kDram ? dram_->Allocate(bytes, hint) : ssd_->Allocate(bytes, hint);
+}
+
+void FlatStore::FreeExtent(MediaType m, uint64_t offset, uint64_t bytes) {
+  if (m == MediaType::kDram) {
+    dram_->Free(offset, bytes);
+  } else {
+    ssd_->Free(offset, bytes);
+  }
+}
+
 uint64_t FlatStore::NowNs() const {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
@@ -216,16 +227,22 @@ Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout
   if (todo.empty()) return result;
 
   // 2. Place and allocate (under the mutex); the scope comes back pinned.
-  uint32_t scope_id = 0, gen = 0;
-  std::vector<PendingSegment> segs;
-  Status st =
-      PlaceBatch(hints, keys, layout, static_cast<uint32_t>(todo.size()), &scope_id, &gen, &segs);
+  Placement placement;
+  Status st;
+  {
+    MutexLock lock(mu_);
+    st = placer_.PlaceBatch(hints, keys, layout, static_cast<uint32_t>(todo.size()), NowNs(),
+                            &placement);
+  }
   if (!st.ok()) {
     abort_all();
     return st;
   }
+  const uint32_t scope_id = placement.scope_id;
+  const uint32_t gen = placement.gen;
+  const std::vector<PendingSegment>& segs = placement.segments;
   ScopeSlot& scope = scopes_[scope_id];
-  const MediaType medium = scope.medium;
+  const MediaType medium = placement.medium;
 
   // 3. Write each segment, then publish its entries.
   size_t published = 0;
@@ -271,119 +288,8 @@ Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout
   return result;
 }
 
-Result<MediaType> FlatStore::ChooseMedium(const WriteHints& hints, const Session& s,
-                                          const KvLayout& layout, uint32_t n,
-                                          PlacementInput* in_out) const {
-  PlacementInput& in = *in_out;
-  in.shared_prefix = hints.shared_prefix;
-  in.turn = hints.turn ? hints.turn : s.turns + 1;
-  in.prior_reply_tokens = hints.prior_reply_tokens;
-  const uint64_t before = hints.context_tokens ? *hints.context_tokens : s.context_tokens;
-  in.context_tokens = before + uint64_t{n} * options_.tokens_per_block;
-  MediaType medium =
-      hints.force_medium ? *hints.force_medium : ChoosePlacement(in, options_).medium;
-  if (!MediumEnabled(medium))
-    medium = medium == MediaType::kDram ? MediaType::kSsd : MediaType::kDram;
-  if (!MediumEnabled(medium)) return Status::InvalidArgument("requested medium is disabled");
-  if (MediumEnabled(MediaType::kSsd) &&
-      SegmentLayout::BlocksFitting(layout, ssd_->file_bytes()) == 0) {
-    // Checked whatever the medium: a DRAM batch may spill to SSD.
-    return Status::InvalidArgument("a block of " + layout.ToString() +
-                                   " (with each layer run padded to 4 KiB) exceeds the SSD pool "
-                                   "file size; raise ssd_file_bytes");
-  }
-  return medium;
-}
-
-Status FlatStore::PlaceBatch(const WriteHints& hints, std::span<const Key> keys,
-                             const KvLayout& layout, uint32_t n, uint32_t* scope_id, uint32_t* gen,
-                             std::vector<PendingSegment>* segs) {
-  MutexLock lock(mu_);
-  // Session: explicit, else inferred from the chain, else a new anonymous one.
-  std::string name = hints.session;
-  if (name.empty() && hints.prefix_tail) {
-    auto it = tails_.find(*hints.prefix_tail);
-    if (it != tails_.end()) name = it->second;
-  }
-  if (name.empty()) name = "anon-" + std::to_string(++anon_sessions_);
-  auto session_it = sessions_.try_emplace(name).first;
-  Session& s = session_it->second;
-  // Reclamation below must not forget the session being placed (we hold a reference to it).
-  // Afterwards, a session left without any live scope (a new one whose placement failed, or one
-  // whose last scope was reclaimed to make room) is forgotten, as reclamation would have done.
-  placing_session_ = &session_it->first;
-  struct FinishPlacing {
-    FlatStore* store;
-    std::unordered_map<std::string, Session>::iterator it;
-    // Runs as PlaceBatch returns, before its lock on mu_ is released; the analysis cannot tie
-    // `store->mu_` to that lock from inside this local class.
-    ~FinishPlacing() NO_THREAD_SAFETY_ANALYSIS {
-      store->placing_session_ = nullptr;
-      if (!store->SessionAliveLocked(it->second)) store->ForgetSessionLocked(it);
-    }
-  } finish_placing{this, session_it};
-
-  PlacementInput in;
-  FC_ASSIGN_OR_RETURN(MediaType medium, ChooseMedium(hints, s, layout, n, &in));
-
-  // Try the chosen medium; DRAM that stays full after reclamation spills to SSD.
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    const int mi = static_cast<int>(medium);
-    uint32_t id = s.scope[mi];
-    bool reuse = id != UINT32_MAX && scopes_[id].generation() == s.scope_gen[mi] &&
-                 scopes_[id].live() && scopes_[id].layout == layout;
-    if (!reuse) {
-      auto r = NewScopeLocked(medium, layout, name);
-      if (!r.ok()) {
-        // Out of scope slots: free the oldest unpinned scopes of this medium and retry once.
-        ReclaimLocked(medium, static_cast<uint64_t>(options_.low_watermark * Capacity(medium)),
-                      UINT32_MAX);
-        r = NewScopeLocked(medium, layout, name);
-        if (!r.ok()) return r.status();
-      }
-      id = *r;
-      s.scope[mi] = id;
-      s.scope_gen[mi] = scopes_[id].generation();
-    }
-    ScopeSlot& scope = scopes_[id];
-    const uint64_t cap = Capacity(medium);
-    if (Used(medium) >= options_.high_watermark * cap) {
-      ReclaimLocked(medium, static_cast<uint64_t>(options_.low_watermark * cap), id);
-    }
-    size_t before_segs = segs->size();
-    Status st = AllocateSegmentsLocked(scope, n, segs);
-    if (st.IsNoSpace()) {
-      ReclaimLocked(medium, static_cast<uint64_t>(options_.low_watermark * cap), id);
-      st = AllocateSegmentsLocked(scope, n, segs);
-    }
-    if (st.ok()) {
-      if (!scope.TryPin(s.scope_gen[mi])) return Status::Aborted("scope vanished during placement");
-      *scope_id = id;
-      *gen = s.scope_gen[mi];
-      s.turns = in.turn;
-      s.context_tokens = in.context_tokens;
-      if (s.has_tail) tails_.erase(s.tail);
-      s.tail = keys.back();
-      s.has_tail = true;
-      tails_[s.tail] = name;
-      scope.Touch(NowNs());
-      return Status::OK();
-    }
-    segs->resize(before_segs);
-    if (scope.blocks == 0 && scope.segments.empty() && scope.TryRetire(s.scope_gen[mi])) {
-      ReleaseScopeLocked(id, s.scope_gen[mi]);
-      s.scope[mi] = UINT32_MAX;
-    }
-    if (!st.IsNoSpace() || medium == MediaType::kSsd || !MediumEnabled(MediaType::kSsd)) {
-      return st;
-    }
-    medium = MediaType::kSsd;  // Table 2: any write that finds DRAM full goes to SSD.
-  }
-  return Status::NoSpace("no medium has room for the batch");
-}
-
-Result<uint32_t> FlatStore::NewScopeLocked(MediaType medium, const KvLayout& layout,
-                                           const std::string& session) {
+Result<uint32_t> FlatStore::NewScope(MediaType medium, const KvLayout& layout,
+                                     const std::string& session, uint64_t now_ns) {
   if (free_scopes_.empty()) {
     return Status::NoSpace("all " + std::to_string(options_.max_scopes) +
                            " scope slots are in use; raise max_scopes");
@@ -402,66 +308,22 @@ Result<uint32_t> FlatStore::NewScopeLocked(MediaType medium, const KvLayout& lay
   s.journal_bytes = 0;
   s.used_bytes = 0;
   s.blocks = 0;
-  s.Touch(NowNs());
+  s.Touch(now_ns);
   s.Activate();
   return id;
 }
 
-void FlatStore::FreeExtentLocked(MediaType medium, const Segment& seg) {
-  if (medium == MediaType::kDram) {
-    dram_->Free(seg.base, seg.bytes);
-  } else {
-    ssd_->Free(seg.base, seg.bytes);
-  }
+uint32_t FlatStore::AppendScopeSegment(uint32_t id, const Segment& seg) {
+  ScopeSlot& s = scopes_[id];
+  s.used_bytes += seg.bytes;
+  s.segments.push_back(seg);
+  return static_cast<uint32_t>(s.segments.size() - 1);
 }
 
-Status FlatStore::AllocateSegmentsLocked(ScopeSlot& scope, uint32_t n,
-                                         std::vector<PendingSegment>* segs) {
-  const KvLayout& layout = scope.layout;
-  const bool dram = scope.medium == MediaType::kDram;
-  uint32_t done = 0;
-  // Segments allocated by this call, rolled back if a later one fails. Runs under mu_, as this
-  // function does.
-  const size_t first_new = segs->size();
-  auto rollback = [&]() REQUIRES(mu_) {
-    for (size_t i = segs->size(); i-- > first_new;) {
-      const Segment& seg = (*segs)[i].seg;
-      scope.segments.pop_back();
-      scope.used_bytes -= seg.bytes;
-      FreeExtentLocked(scope.medium, seg);
-    }
-    segs->resize(first_new);
-  };
-  while (done < n) {
-    // A segment is one extent: at most one SSD pool file, halved until the medium has a free
-    // range that large. It goes where the scope's last segment ended when that space is free.
-    uint64_t want = n - done;
-    if (!dram) want = std::min(want, SegmentLayout::BlocksFitting(layout, ssd_->file_bytes()));
-    const uint64_t hint = scope.segments.empty()
-                              ? ExtentAllocator::kNoHint
-                              : scope.segments.back().base + scope.segments.back().bytes;
-    Segment seg;
-    Result<uint64_t> off = Status::NoSpace("");
-    while (want > 0) {
-      const SegmentLayout seg_layout(layout, want);
-      seg.run_stride = seg_layout.PlaneStride();
-      seg.bytes = seg_layout.Bytes();
-      off = dram ? dram_->Allocate(seg.bytes, hint) : ssd_->Allocate(seg.bytes, hint);
-      if (off.ok()) break;
-      want /= 2;
-    }
-    if (!off.ok()) {
-      rollback();
-      return off.status();
-    }
-    seg.base = *off;
-    seg.num_blocks = static_cast<uint32_t>(want);
-    scope.used_bytes += seg.bytes;
-    scope.segments.push_back(seg);
-    segs->push_back(PendingSegment{seg, done, static_cast<uint32_t>(scope.segments.size() - 1)});
-    done += seg.num_blocks;
-  }
-  return Status::OK();
+void FlatStore::PopScopeSegment(uint32_t id) {
+  ScopeSlot& s = scopes_[id];
+  s.used_bytes -= s.segments.back().bytes;
+  s.segments.pop_back();
 }
 
 Status FlatStore::WriteSegment(const ScopeSlot& scope, const PendingSegment& ps,
@@ -521,40 +383,14 @@ Status FlatStore::WriteSegment(const ScopeSlot& scope, const PendingSegment& ps,
   return Status::OK();
 }
 
-bool FlatStore::SessionAliveLocked(const Session& sess) const {
-  for (int m = 0; m < 2; ++m) {
-    const uint32_t sid = sess.scope[m];
-    if (sid != UINT32_MAX && scopes_[sid].live() &&
-        scopes_[sid].generation() == sess.scope_gen[m]) {
-      return true;
-    }
-  }
-  return false;
-}
-
-void FlatStore::ForgetSessionLocked(std::unordered_map<std::string, Session>::iterator it) {
-  if (it->second.has_tail) {
-    auto t = tails_.find(it->second.tail);
-    if (t != tails_.end() && t->second == it->first) tails_.erase(t);
-  }
-  sessions_.erase(it);
-}
-
-void FlatStore::ReleaseScopeLocked(uint32_t id, uint32_t retired_gen) {
-  ScopeSlot& s = scopes_[id];
-  // The free record goes first: once the extents are reused, the old scope must not come back.
+void FlatStore::ReleaseScope(uint32_t id, uint32_t retired_gen) {
+  const ScopeSlot& s = scopes_[id];
   if (Durable(s.medium)) JournalFreeLocked(s);
-  for (const Segment& seg : s.segments) FreeExtentLocked(s.medium, seg);
   for (const Key& k : s.keys) index_->Erase(k, id, retired_gen);
-  // Forget the session once none of its scopes is left, so session metadata does not outlive
-  // the data (anonymous one-batch sessions would otherwise accumulate forever).
-  auto it = sessions_.find(s.session);
-  if (it != sessions_.end() && placing_session_ != &it->first) {
-    Session& sess = it->second;
-    const int mi = static_cast<int>(s.medium);
-    if (sess.scope[mi] == id && sess.scope_gen[mi] == retired_gen) sess.scope[mi] = UINT32_MAX;
-    if (!SessionAliveLocked(sess)) ForgetSessionLocked(it);
-  }
+}
+
+void FlatStore::RecycleScope(uint32_t id) {
+  ScopeSlot& s = scopes_[id];
   s.session.clear();
   s.segments.clear();
   s.keys.clear();
@@ -564,30 +400,11 @@ void FlatStore::ReleaseScopeLocked(uint32_t id, uint32_t retired_gen) {
   free_scopes_.push_back(id);
 }
 
-uint64_t FlatStore::ReclaimLocked(MediaType medium, uint64_t target_used, uint32_t keep_scope) {
-  if (!MediumEnabled(medium) || Used(medium) <= target_used) return 0;
-  std::vector<std::pair<uint64_t, uint32_t>> candidates;  // (last use, slot)
-  for (uint32_t i = 0; i < options_.max_scopes; ++i) {
-    const ScopeSlot& s = scopes_[i];
-    if (i != keep_scope && s.live() && s.medium == medium && s.readers() == 0) {
-      candidates.emplace_back(s.last_use_ns.load(std::memory_order_relaxed), i);
-    }
-  }
-  std::sort(candidates.begin(), candidates.end());
-  uint64_t freed = 0;
+void FlatStore::OnReclaimed(MediaType medium, uint64_t bytes, uint32_t scopes) {
   MediumCounters& mc = media_[static_cast<int>(medium)];
-  for (const auto& [ts, id] : candidates) {
-    if (Used(medium) <= target_used) break;
-    ScopeSlot& s = scopes_[id];
-    const uint32_t gen = s.generation();
-    if (!s.TryRetire(gen)) continue;  // a reader pinned it meanwhile
-    const uint64_t bytes = s.used_bytes;
-    ReleaseScopeLocked(id, gen);
-    freed += bytes;
-    mc.reclaimed.fetch_add(bytes, std::memory_order_relaxed);
-    mc.scopes_reclaimed.fetch_add(1, std::memory_order_relaxed);
-  }
-  if (freed > 0 && Durable(medium)) {
+  mc.reclaimed.fetch_add(bytes, std::memory_order_relaxed);
+  mc.scopes_reclaimed.fetch_add(scopes, std::memory_order_relaxed);
+  if (bytes > 0 && Durable(medium)) {
     // sync=every: the free records are durable before the extents can be reused.
     if (medium == MediaType::kSsd && options_.sync == SyncMode::kEvery) {
       if (journal_[static_cast<int>(medium)]->Sync().ok()) {
@@ -598,14 +415,13 @@ uint64_t FlatStore::ReclaimLocked(MediaType medium, uint64_t target_used, uint32
     }
     MaybeCompactJournalLocked(medium);
   }
-  return freed;
 }
 
 uint64_t FlatStore::Reclaim(MediaType medium, double target_fraction) {
   ReaderLock index_lock(index_mu_);
   MutexLock lock(mu_);
-  return ReclaimLocked(medium, static_cast<uint64_t>(target_fraction * Capacity(medium)),
-                       UINT32_MAX);
+  return placer_.Reclaim(medium, static_cast<uint64_t>(target_fraction * Capacity(medium)),
+                         ScopePlacer::kNoScope);
 }
 
 void FlatStore::Clear() {
@@ -626,7 +442,9 @@ void FlatStore::Clear() {
     cleared = cleared && st.ok();
   }
   clearing_ = cleared;
-  for (MediaType m : {MediaType::kDram, MediaType::kSsd}) ReclaimLocked(m, 0, UINT32_MAX);
+  for (MediaType m : {MediaType::kDram, MediaType::kSsd}) {
+    placer_.Reclaim(m, 0, ScopePlacer::kNoScope);
+  }
   clearing_ = false;
   if (cleared) {
     // What Clear could not free (pinned) is covered by its record all the same: no rewrite may
@@ -639,15 +457,14 @@ void FlatStore::Clear() {
       }
     }
   }
-  sessions_.clear();
-  tails_.clear();
+  placer_.ForgetSessions();
   for (MediaType m : {MediaType::kDram, MediaType::kSsd}) MaybeCompactJournalLocked(m);
 }
 
 StoreStats FlatStore::GetStats() const {
   StoreStats st;
   MutexLock lock(mu_);
-  st.sessions = sessions_.size();
+  st.sessions = placer_.num_sessions();
   for (MediaType m : {MediaType::kDram, MediaType::kSsd}) {
     const MediumCounters& c = media_[static_cast<int>(m)];
     MediumStats& ms = m == MediaType::kDram ? st.dram : st.ssd;

@@ -2,12 +2,15 @@
 // (BlockIndex, scopes, placement), the media (DramArena, SsdFilePool) and FC-CIO (IoEngine,
 // RestoreReader). See store.h for the contract and scope.h for the reader/reclaimer protocol.
 //
-// Locking: `mu_` guards sessions, scope descriptors and allocation; it is never held across data
-// copies or I/O. Index lookups and scope pins are lock-free. `index_mu_` is a batch-level
-// maintenance lock: every Put, Restore (lookup phase), Lookup and Reclaim holds it shared (one
-// atomic operation per call, not per key), and index compaction takes it exclusive for the few
-// milliseconds the rebuild needs. Lock order: index_mu_ before mu_. Restores are scheduled by
-// FC-MAS (`sched_`); `jobs_mu_` guards the restores in progress and the dispatcher's work queue
+// Placement policy (sessions, media, scopes, segments, reclamation) is the ScopePlacer's
+// (store/scope_placer.h); FlatStore is its ScopeHost, over the media and the scope slots.
+//
+// Locking: `mu_` guards the placer (sessions), scope descriptors and allocation; it is never held
+// across data copies or I/O. Index lookups and scope pins are lock-free. `index_mu_` is a
+// batch-level maintenance lock: every Put, Restore (lookup phase), Lookup and Reclaim holds it
+// shared (one atomic operation per call, not per key), and index compaction takes it exclusive for
+// the few milliseconds the rebuild needs. Lock order: index_mu_ before mu_. Restores are scheduled
+// by FC-MAS (`sched_`); `jobs_mu_` guards the restores in progress and the dispatcher's work queue
 // (flat_store_restore.cc) and is never held while calling the scheduler, a job or the reader.
 #pragma once
 
@@ -30,16 +33,16 @@
 #include "media/journal.h"
 #include "media/ssd_file_pool.h"
 #include "sched/mas_scheduler.h"
-#include "store/placement.h"
 #include "store/restore_job.h"
 #include "store/scope.h"
+#include "store/scope_placer.h"
 #include "store/segment_layout.h"
 #include "store/staging.h"
 #include "util/thread_annotations.h"
 
 namespace flatcake {
 
-class FlatStore final : public Store {
+class FlatStore final : public Store, private ScopeHost {
  public:
   // `engine` may be injected (tests wrap the real engine in a fault injector); when null, Open
   // builds one from the options.
@@ -103,20 +106,6 @@ class FlatStore final : public Store {
     uint64_t id;
     std::function<void(Status)> done;
   };
-  struct Session {
-    uint32_t turns = 0;
-    uint64_t context_tokens = 0;
-    uint32_t scope[2] = {UINT32_MAX, UINT32_MAX};  // per medium: slot id
-    uint32_t scope_gen[2] = {0, 0};
-    Key tail;
-    bool has_tail = false;
-  };
-  // A segment allocated for (part of) a batch, still to be written.
-  struct PendingSegment {
-    Segment seg;
-    uint32_t first_block;  // index into the batch's to-write list
-    uint32_t segment_no;   // index in the scope's segment list
-  };
   struct MediumCounters {
     std::atomic<uint64_t> admitted{0}, written{0}, read{0}, delivered{0}, reclaimed{0},
         scopes_reclaimed{0};
@@ -130,35 +119,52 @@ class FlatStore final : public Store {
   Result<PutResult> PutLocked(std::span<const Key> keys, const KvLayout& layout,
                               const BlockBuffers& src, const WriteHints& hints)
       EXCLUDES(index_mu_, mu_);
-  // Under mu_: resolves the session, chooses the medium, finds or creates the scope, allocates
-  // segments for `n` blocks. Pins the scope for the caller.
-  Status PlaceBatch(const WriteHints& hints, std::span<const Key> keys, const KvLayout& layout,
-                    uint32_t n, uint32_t* scope_id, uint32_t* gen,
-                    std::vector<PendingSegment>* segs) EXCLUDES(mu_);
-  // The medium a batch of `n` blocks of `layout` goes to (Table 2, or hints.force_medium), falling
-  // back to the other medium when one is disabled; fills `*in` with the placement signals.
-  // InvalidArgument when no enabled medium can hold the batch's blocks.
-  Result<MediaType> ChooseMedium(const WriteHints& hints, const Session& s, const KvLayout& layout,
-                                 uint32_t n, PlacementInput* in) const;
-  Result<uint32_t> NewScopeLocked(MediaType medium, const KvLayout& layout,
-                                  const std::string& session) REQUIRES(mu_);
-  Status AllocateSegmentsLocked(ScopeSlot& scope, uint32_t n, std::vector<PendingSegment>* segs)
-      REQUIRES(mu_);
-  void FreeExtentLocked(MediaType medium, const Segment& seg) REQUIRES(mu_);
   // Gathers and writes one segment; `*checksums` gets its blocks' checksums, computed in the
   // gather's pass over the source.
   Status WriteSegment(const ScopeSlot& scope, const PendingSegment& ps, const KvLayout& layout,
                       const BlockBuffers& src, std::span<const uint32_t> batch_index,
                       std::vector<uint64_t>* checksums);
-  // Whether any of the session's scopes is still live.
-  bool SessionAliveLocked(const Session& sess) const REQUIRES(mu_);
-  void ForgetSessionLocked(std::unordered_map<std::string, Session>::iterator it) REQUIRES(mu_);
-  // REQUIRES: the slot was retired from generation `retired_gen` (TryRetire succeeded).
-  void ReleaseScopeLocked(uint32_t id, uint32_t retired_gen) REQUIRES(mu_);
-  uint64_t ReclaimLocked(MediaType medium, uint64_t target_used, uint32_t keep_scope) REQUIRES(mu_);
-  bool MediumEnabled(MediaType m) const;
-  uint64_t Capacity(MediaType m) const;
-  uint64_t Used(MediaType m) const;
+
+  // --- ScopeHost (flat_store.cc): what the placer calls, under mu_ ---
+  bool MediumEnabled(MediaType m) const override;
+  uint64_t Capacity(MediaType m) const override;
+  uint64_t Used(MediaType m) const override;
+  uint64_t SsdFileBytes() const override { return ssd_->file_bytes(); }
+  Result<uint64_t> AllocateExtent(MediaType m, uint64_t bytes, uint64_t hint) override;
+  void FreeExtent(MediaType m, uint64_t offset, uint64_t bytes) override;
+  uint32_t NumScopeSlots() const override { return options_.max_scopes; }
+  Result<uint32_t> NewScope(MediaType medium, const KvLayout& layout, const std::string& session,
+                            uint64_t now_ns) override REQUIRES(mu_);
+  bool ScopeLive(uint32_t id) const override { return scopes_[id].live(); }
+  uint32_t ScopeGeneration(uint32_t id) const override { return scopes_[id].generation(); }
+  MediaType ScopeMedium(uint32_t id) const override REQUIRES(mu_) { return scopes_[id].medium; }
+  const KvLayout& ScopeLayout(uint32_t id) const override REQUIRES(mu_) {
+    return scopes_[id].layout;
+  }
+  const std::string& ScopeSession(uint32_t id) const override REQUIRES(mu_) {
+    return scopes_[id].session;
+  }
+  const std::vector<Segment>& ScopeSegments(uint32_t id) const override REQUIRES(mu_) {
+    return scopes_[id].segments;
+  }
+  uint64_t ScopeUsedBytes(uint32_t id) const override REQUIRES(mu_) {
+    return scopes_[id].used_bytes;
+  }
+  uint32_t AppendScopeSegment(uint32_t id, const Segment& seg) override REQUIRES(mu_);
+  void PopScopeSegment(uint32_t id) override REQUIRES(mu_);
+  uint64_t ScopeBlocks(uint32_t id) const override REQUIRES(mu_) { return scopes_[id].blocks; }
+  uint32_t ScopeReaders(uint32_t id) const override { return scopes_[id].readers(); }
+  uint64_t ScopeLastUse(uint32_t id) const override {
+    return scopes_[id].last_use_ns.load(std::memory_order_relaxed);
+  }
+  void TouchScope(uint32_t id, uint64_t now_ns) override { scopes_[id].Touch(now_ns); }
+  bool TryPinScope(uint32_t id, uint32_t gen) override { return scopes_[id].TryPin(gen); }
+  bool TryRetireScope(uint32_t id, uint32_t gen) override { return scopes_[id].TryRetire(gen); }
+  // The free record (durable media), then the scope's keys out of the index.
+  void ReleaseScope(uint32_t id, uint32_t retired_gen) override REQUIRES(mu_);
+  void RecycleScope(uint32_t id) override REQUIRES(mu_);
+  // Counters; on a durable medium the free records' sync (sync=every) and a journal rewrite.
+  void OnReclaimed(MediaType medium, uint64_t bytes, uint32_t scopes) override REQUIRES(mu_);
 
   // --- durability (flat_store_durable.cc; docs/format.md) ---
   // Opens the SSD pool's journal; replays it when the pool was recovered, else starts it anew.
@@ -245,12 +251,8 @@ class FlatStore final : public Store {
 
   mutable SharedMutex index_mu_ ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;
-  std::unordered_map<std::string, Session> sessions_ GUARDED_BY(mu_);
-  std::unordered_map<Key, std::string, KeyHash> tails_ GUARDED_BY(mu_);  // chain tail -> session
-  std::vector<uint32_t> free_scopes_ GUARDED_BY(mu_);                    // slot ids, LIFO
-  uint64_t anon_sessions_ GUARDED_BY(mu_) = 0;
-  // The session PlaceBatch is working on.
-  const std::string* placing_session_ GUARDED_BY(mu_) = nullptr;
+  ScopePlacer placer_ GUARDED_BY(mu_);
+  std::vector<uint32_t> free_scopes_ GUARDED_BY(mu_);  // slot ids, LIFO
 
   std::unique_ptr<Journal> journal_[2];  // per medium: the SSD pool's; a file-backed arena's
   uint64_t next_scope_uid_ GUARDED_BY(mu_) = 1;

@@ -35,18 +35,6 @@ using durable::RecordType;
 constexpr uint64_t kRewriteFactor = 4;
 constexpr uint64_t kRewriteMinBytes = 1 * kMiB;
 
-// "anon-<n>" -> n, else 0.
-uint64_t AnonNumber(const std::string& name) {
-  constexpr std::string_view kPrefix = "anon-";
-  if (name.compare(0, kPrefix.size(), kPrefix) != 0) return 0;
-  uint64_t n = 0;
-  for (size_t i = kPrefix.size(); i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return 0;
-    n = n * 10 + static_cast<uint64_t>(name[i] - '0');
-  }
-  return n;
-}
-
 }  // namespace
 
 Status FlatStore::OpenJournal(MediaType m) {
@@ -201,7 +189,6 @@ Status FlatStore::Recover(MediaType m, const durable::ScanResult& scan) {
   ReaderLock index_lock(index_mu_);
   MutexLock lock(mu_);
   const uint64_t now = NowNs();
-  uint64_t anon = 0;
   for (const auto& [uid, segs] : rep.live) {
     std::vector<const durable::SegmentRecord*> mine;
     for (const auto& seg : segs) {
@@ -211,9 +198,7 @@ Status FlatStore::Recover(MediaType m, const durable::ScanResult& scan) {
     // Older scopes look older to reclamation, in journal order.
     rep.skipped += RebuildScopeLocked(m, uid, rep.record_bytes[uid], mine,
                                       now - std::min(now, rep.max_uid - uid));
-    anon = std::max(anon, AnonNumber(mine.front()->session));
   }
-  anon_sessions_ = std::max(anon_sessions_, anon);
   next_scope_uid_ = std::max(next_scope_uid_, rep.max_uid + 1);
   journal.SetNextSeq(rep.max_seq + 1);
   info_.skipped_records += rep.skipped;
@@ -224,10 +209,12 @@ uint64_t FlatStore::RebuildScopeLocked(MediaType m, uint64_t uid, uint64_t journ
                                        std::span<const durable::SegmentRecord* const> segs,
                                        uint64_t last_use_ns) {
   const int mi = static_cast<int>(m);
-  auto slot = NewScopeLocked(m, segs.front()->layout, segs.front()->session);
+  auto slot = NewScope(m, segs.front()->layout, segs.front()->session, NowNs());
   if (!slot.ok()) {
-    // More scopes than max_scopes allows: this one is dropped (its extents freed again).
-    for (const auto* seg : segs) FreeExtentLocked(m, Segment{seg->base, 0, 0, seg->bytes});
+    // More scopes than max_scopes allows: this one is dropped (its extents freed again), but a
+    // later anonymous session still does not take its name.
+    placer_.NoteRecoveredName(segs.front()->session);
+    for (const auto* seg : segs) FreeExtent(m, seg->base, seg->bytes);
     return segs.size();
   }
   uint64_t skipped = 0;
@@ -240,7 +227,7 @@ uint64_t FlatStore::RebuildScopeLocked(MediaType m, uint64_t uid, uint64_t journ
   const durable::SegmentRecord* last = segs.front();
   for (const durable::SegmentRecord* rec : segs) {
     if (!(rec->layout == scope.layout)) {  // a scope has one layout; a record that disagrees is bad
-      FreeExtentLocked(m, Segment{rec->base, 0, 0, rec->bytes});
+      FreeExtent(m, rec->base, rec->bytes);
       skipped++;
       continue;
     }
@@ -269,17 +256,8 @@ uint64_t FlatStore::RebuildScopeLocked(MediaType m, uint64_t uid, uint64_t journ
   }
   scope.Touch(last_use_ns);
   info_.recovered_scopes++;
-  Session& sess = sessions_[scope.session];
-  sess.scope[mi] = id;
-  sess.scope_gen[mi] = gen;
-  sess.turns = last->turns;
-  sess.context_tokens = last->context_tokens;
-  if (!scope.keys.empty()) {
-    if (sess.has_tail) tails_.erase(sess.tail);
-    sess.tail = scope.keys.back();
-    sess.has_tail = true;
-    tails_[sess.tail] = scope.session;
-  }
+  placer_.RestoreSession(scope.session, m, id, gen, last->turns, last->context_tokens,
+                         scope.keys.empty() ? nullptr : &scope.keys.back());
   return skipped;
 }
 
@@ -309,10 +287,9 @@ Status FlatStore::CommitSegment(ScopeSlot& scope, const PendingSegment& ps,
     MutexLock lock(mu_);
     rec.scope_uid = scope.uid;
     rec.session = scope.session;
-    auto it = sessions_.find(scope.session);
-    if (it != sessions_.end()) {
-      rec.turns = it->second.turns;
-      rec.context_tokens = it->second.context_tokens;
+    if (const ScopePlacer::Session* sess = placer_.FindSession(scope.session)) {
+      rec.turns = sess->turns;
+      rec.context_tokens = sess->context_tokens;
     }
     uint64_t bytes = 0;
     Status st = journal.Append([&](uint64_t seq) {
@@ -371,7 +348,7 @@ Status FlatStore::RewriteJournalLocked(MediaType m) {
     for (uint32_t i = 0; i < options_.max_scopes; ++i) {
       ScopeSlot& s = scopes_[i];
       if (!s.live() || s.medium != m) continue;
-      auto sess = sessions_.find(s.session);
+      const ScopePlacer::Session* sess = placer_.FindSession(s.session);
       const size_t before = out.size();
       for (uint32_t n = 0; n < s.segments.size(); ++n) {
         const Segment& seg = s.segments[n];
@@ -382,9 +359,9 @@ Status FlatStore::RewriteJournalLocked(MediaType m) {
         rec.scope_uid = s.uid;
         rec.segment_no = n;
         rec.session = s.session;
-        if (sess != sessions_.end()) {
-          rec.turns = sess->second.turns;
-          rec.context_tokens = sess->second.context_tokens;
+        if (sess) {
+          rec.turns = sess->turns;
+          rec.context_tokens = sess->context_tokens;
         }
         rec.layout = s.layout;
         rec.base = seg.base;
