@@ -178,8 +178,8 @@ enum class PutAdmission {
 struct EvictionVictim {
   Key key;
   uint64_t dram_off = 0;
-  int64_t bucket = -1;   // its bucket (the one it already had, or the one it was appended to); -1
-                         // = dropped
+  // Its bucket: the one it already had, or the one it was appended to; -1 = dropped.
+  int64_t bucket = -1;
   uint64_t ssd_off = 0;  // pool offset in that bucket
   bool write = false;    // offload it (it had no SSD copy and got room in a bucket)
 };
@@ -209,7 +209,8 @@ class TieredDirectory {
 
   // --- put ---
   // Decides what a put does with `key`; unless kPresent the object is now `writing`, and the
-  // caller allocates DRAM (AllocateDram below), copies the block in and calls FinishPut.
+  // caller allocates DRAM (the allocation sequence below), copies the block in and calls
+  // FinishPut.
   PutAdmission BeginPut(const Key& key);
   // `dram_off`: where the block landed, nullopt when no DRAM could be had (a new object is then
   // forgotten; one with an SSD copy stays on SSD).
@@ -253,9 +254,9 @@ class TieredDirectory {
   void CountRevoked(uint32_t blocks, uint32_t* prefetch_revoked);
 
   // --- promotion of a delivered SSD hit ---
-  // True when `key` is to be promoted (it is on SSD only and nobody else is writing it); it is
-  // then `promoting` (still readable from SSD) until FinishPromotion. The caller allocates DRAM
-  // (as for a put) and copies the object in.
+  // True when `key` is to be promoted (it is on SSD only, and neither being written nor evicted
+  // nor promoted by another request); it is then `promoting` (still readable from SSD) until
+  // FinishPromotion. The caller allocates DRAM (as for a put) and copies the object in.
   bool BeginPromotion(const Key& key);
   // `dram_off`: where it landed, nullopt when no DRAM could be had. Frees that DRAM when the
   // object was dropped meanwhile. Returns whether the object is now in DRAM (the most recently
@@ -322,7 +323,8 @@ class TieredDirectory {
 // held and their peak. No waiting: TryAcquire fails at once when no range fits.
 class StagingPool {
  public:
-  // `capacity` is rounded up to a page.
+  // `capacity` is rounded up to a page. TieredStore passes its staging arena's (staging_bytes
+  // rounded up to 2 MiB).
   explicit StagingPool(uint64_t capacity);
   StagingPool(const StagingPool&) = delete;
   StagingPool& operator=(const StagingPool&) = delete;
