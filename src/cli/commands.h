@@ -12,6 +12,7 @@ void RegisterOptionsCommand(CLI::App& app, int* exit_code);
 void RegisterTraceCommands(CLI::App& app, int* exit_code);
 void RegisterReplayCommand(CLI::App& app, int* exit_code);
 void RegisterFsckCommand(CLI::App& app, int* exit_code);
+void RegisterSimulateCommand(CLI::App& app, int* exit_code);
 
 // `flatcake bench <name>`: `bench` is the parent subcommand created by main.
 void RegisterRestoreBench(CLI::App& bench, int* exit_code);

@@ -38,13 +38,6 @@ struct ReplayArgs {
   eval::ReplayOptions o;
 };
 
-// The built-in default: an agentic-coding workload scaled so that three policies finish in well
-// under three minutes on a 2-core machine with a ~1 GB/s disk, with DRAM far smaller than the
-// sessions' working set.
-constexpr uint64_t kDefaultRequests = 360;
-constexpr double kDefaultScale = 0.15;
-constexpr double kDefaultQps = 9;
-
 Result<std::vector<trace::TraceRequest>> LoadRequests(ReplayArgs& a) {
   std::vector<trace::TraceRequest> reqs;
   if (!a.trace_path.empty()) {
@@ -63,14 +56,11 @@ Result<std::vector<trace::TraceRequest>> LoadRequests(ReplayArgs& a) {
   }
   FC_ASSIGN_OR_RETURN(auto kind,
                       trace::ParseWorkloadKind(a.workload.empty() ? "agentic" : a.workload));
-  auto wo = trace::DefaultWorkloadOptions(kind);
   const bool builtin = a.workload.empty();
+  // The agentic kind gets the built-in default's size (eval::DefaultReplayWorkload).
+  auto wo = kind == trace::WorkloadKind::kAgentic ? eval::DefaultReplayWorkload()
+                                                  : trace::DefaultWorkloadOptions(kind);
   wo.seed = a.seed;
-  if (kind == trace::WorkloadKind::kAgentic) {
-    wo.requests = kDefaultRequests;
-    wo.scale = kDefaultScale;
-    wo.concurrency = 6;
-  }
   if (a.requests) wo.requests = a.requests;
   if (a.scale > 0) wo.scale = a.scale;
   if (a.max_requests) wo.requests = std::min(wo.requests, a.max_requests);
@@ -79,7 +69,7 @@ Result<std::vector<trace::TraceRequest>> LoadRequests(ReplayArgs& a) {
   // Placement thresholds are in tokens: scale them with the workload so a scaled-down agentic
   // session is still "long" to the flat store.
   if (builtin || a.scale > 0) {
-    a.o.l_agent_tokens = std::max<uint64_t>(256, a.o.l_agent_tokens * wo.scale);
+    a.o.l_agent_tokens = eval::ScaledLAgentTokens(a.o.l_agent_tokens, wo.scale);
   }
   return reqs;
 }
@@ -273,7 +263,7 @@ int RunReplayCommand(ReplayArgs& a) {
   const bool builtin = a.trace_path.empty() && a.workload.empty();
   auto reqs = LoadRequests(a);
   if (!reqs.ok()) return ReportStatus("replay", reqs.status());
-  if (a.qps.empty()) a.qps = {builtin ? kDefaultQps : 0.0};
+  if (a.qps.empty()) a.qps = {builtin ? eval::kDefaultReplayQps : 0.0};
   for (double q : a.qps) {
     if (q < 0) {
       return ReportArgError("replay", Status::InvalidArgument("--qps values must be >= 0"));

@@ -160,17 +160,7 @@ class Replayer {
         records_(reqs.size()) {}
 
   void Run(ReplayReport* rep) {
-    // Arrival offsets, scaled to the target rate.
-    std::vector<double> at(reqs_.size(), 0);
-    const double span = reqs_.size() > 1 ? reqs_.back().time_s - reqs_.front().time_s : 0;
-    for (size_t i = 0; i < reqs_.size(); ++i) {
-      double t = reqs_[i].time_s - reqs_.front().time_s;
-      if (o_.qps > 0) {
-        t = span > 0 ? t * (static_cast<double>(reqs_.size() - 1) / span) / o_.qps
-                     : static_cast<double>(i) / o_.qps;
-      }
-      at[i] = std::max(0.0, t);
-    }
+    const std::vector<double> at = ScaledArrivals(reqs_, o_.qps);
     start_ = Clock::now();
     {
       // Uncontended (no worker has started); the lock is taken for the analysis.
@@ -429,6 +419,32 @@ double ReplayReport::hit_dram_pct() const {
 }
 double ReplayReport::hit_ssd_pct() const {
   return input_tokens ? 100.0 * hit_tokens_ssd / input_tokens : 0;
+}
+
+std::vector<double> ScaledArrivals(const std::vector<trace::TraceRequest>& reqs, double qps) {
+  std::vector<double> at(reqs.size(), 0);
+  const double span = reqs.size() > 1 ? reqs.back().time_s - reqs.front().time_s : 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    double t = reqs[i].time_s - reqs.front().time_s;
+    if (qps > 0) {
+      t = span > 0 ? t * (static_cast<double>(reqs.size() - 1) / span) / qps
+                   : static_cast<double>(i) / qps;
+    }
+    at[i] = std::max(0.0, t);
+  }
+  return at;
+}
+
+trace::WorkloadOptions DefaultReplayWorkload() {
+  trace::WorkloadOptions wo = trace::DefaultWorkloadOptions(trace::WorkloadKind::kAgentic);
+  wo.requests = 360;
+  wo.scale = 0.15;
+  wo.concurrency = 6;
+  return wo;
+}
+
+uint64_t ScaledLAgentTokens(uint64_t l_agent_tokens, double scale) {
+  return std::max<uint64_t>(256, static_cast<uint64_t>(l_agent_tokens * scale));
 }
 
 double Percentile(std::vector<double>& v, double p) {

@@ -26,6 +26,7 @@
 #include "baseline/tiered_store.h"
 #include "flatcake/status.h"
 #include "trace/trace.h"
+#include "trace/workload_gen.h"
 
 namespace flatcake::eval {
 
@@ -131,6 +132,20 @@ struct RequestHints {
   int64_t prior_reply_tokens = -1;  // -1: unknown
 };
 std::vector<RequestHints> DeriveHints(const std::vector<trace::TraceRequest>& requests);
+
+// Arrival offsets (seconds from the first request) of `requests`, their gaps scaled so the mean
+// rate is `qps` (0 keeps the trace's own timing).
+std::vector<double> ScaledArrivals(const std::vector<trace::TraceRequest>& requests, double qps);
+
+// The replay's built-in default workload (`flatcake replay` with no workload flag), which
+// `flatcake simulate --profile local` simulates too: an agentic-coding workload scaled so that
+// three policies finish in well under three minutes on a 2-core machine with a ~1 GB/s disk, with
+// DRAM far smaller than the sessions' working set, at kDefaultReplayQps.
+trace::WorkloadOptions DefaultReplayWorkload();
+inline constexpr double kDefaultReplayQps = 9;
+// Table 2's L_agent for a workload at token `scale`: the threshold scales with the workload, so a
+// scaled-down agentic session is still "long" to the flat store.
+uint64_t ScaledLAgentTokens(uint64_t l_agent_tokens, double scale);
 
 // Nearest-rank percentile of `v` (sorted in place); 0 for an empty vector.
 double Percentile(std::vector<double>& v, double p);
