@@ -7,9 +7,9 @@
 
 #include "flatcake/gva.h"
 #include "io/coalesce.h"
-#include "media/extent_allocator.h"
 #include "sched/restore_queue.h"
 #include "sim/sim_internal.h"
+#include "store/plain_scope_host.h"
 #include "store/scope_placer.h"
 #include "store/segment_layout.h"
 
@@ -33,101 +33,24 @@ namespace {
 
 enum : uint32_t { kPrefetchDone = kStoreEventBase, kPublish };
 
-// Scope slots and media with no data: what ScopeHost asks for, in plain structs.
-class SimScopeHost final : public ScopeHost {
+// The store's scopes with no data (store/plain_scope_host.h), and the index that maps each block to
+// its place: what FlatStore's ScopeSlots and BlockIndex hold.
+class SimScopeHost final : public PlainScopeHost {
  public:
-  struct Slot {
-    bool live = false;
-    uint32_t gen = 0;
-    MediaType medium = MediaType::kDram;
-    KvLayout layout;
-    std::string session;
-    std::vector<Segment> segments;
-    uint64_t used = 0, blocks = 0, last_use = 0;
-    uint32_t readers = 0;
-    std::vector<uint64_t> block_ids;  // the blocks it holds (to unpublish when it is freed)
-  };
   struct Loc {
     uint32_t scope, gen, segment, block;
     bool published;
   };
 
   SimScopeHost(uint64_t dram_bytes, uint64_t ssd_files, uint64_t file_bytes, uint32_t slots)
-      : dram_(dram_bytes, 0, 4096),
-        ssd_(ssd_files * file_bytes, file_bytes, 4096),
-        file_bytes_(file_bytes),
-        slots_(slots) {
-    // Each pool file starts with its 4 KiB superblock (docs/format.md), as the store's do.
-    for (uint64_t f = 0; f < ssd_files; ++f) (void)ssd_.AllocateAt(f * file_bytes, 4096);
-    reserved_ = ssd_files * 4096;
-    for (uint32_t i = slots; i-- > 0;) free_.push_back(i);
-  }
+      // Each pool file starts with its 4 KiB superblock (docs/format.md), as the store's do.
+      : PlainScopeHost(dram_bytes, ssd_files * file_bytes, file_bytes, slots, 4096, 4096),
+        block_ids_(slots) {}
 
-  bool MediumEnabled(MediaType) const override { return true; }
-  uint64_t Capacity(MediaType m) const override {
-    return m == MediaType::kDram ? dram_.capacity() : ssd_.capacity() - reserved_;
-  }
-  uint64_t Used(MediaType m) const override {
-    return m == MediaType::kDram ? dram_.used() : ssd_.used() - reserved_;
-  }
-  uint64_t SsdFileBytes() const override { return file_bytes_; }
-  Result<uint64_t> AllocateExtent(MediaType m, uint64_t bytes, uint64_t hint) override {
-    return (m == MediaType::kDram ? dram_ : ssd_).Allocate(bytes, hint);
-  }
-  void FreeExtent(MediaType m, uint64_t off, uint64_t bytes) override {
-    (m == MediaType::kDram ? dram_ : ssd_).Free(off, bytes);
-  }
-  uint32_t NumScopeSlots() const override { return static_cast<uint32_t>(slots_.size()); }
-  Result<uint32_t> NewScope(MediaType medium, const KvLayout& layout, const std::string& session,
-                            uint64_t now_ns) override {
-    if (free_.empty()) return Status::NoSpace("simulated scope slots exhausted");
-    const uint32_t id = free_.back();
-    free_.pop_back();
-    Slot& s = slots_[id];
-    s.live = true;
-    s.medium = medium;
-    s.layout = layout;
-    s.session = session;
-    s.last_use = now_ns;
-    return id;
-  }
-  bool ScopeLive(uint32_t id) const override { return slots_[id].live; }
-  uint32_t ScopeGeneration(uint32_t id) const override { return slots_[id].gen; }
-  MediaType ScopeMedium(uint32_t id) const override { return slots_[id].medium; }
-  const KvLayout& ScopeLayout(uint32_t id) const override { return slots_[id].layout; }
-  const std::string& ScopeSession(uint32_t id) const override { return slots_[id].session; }
-  const std::vector<Segment>& ScopeSegments(uint32_t id) const override {
-    return slots_[id].segments;
-  }
-  uint64_t ScopeUsedBytes(uint32_t id) const override { return slots_[id].used; }
-  uint32_t AppendScopeSegment(uint32_t id, const Segment& seg) override {
-    slots_[id].segments.push_back(seg);
-    slots_[id].used += seg.bytes;
-    return static_cast<uint32_t>(slots_[id].segments.size() - 1);
-  }
-  void PopScopeSegment(uint32_t id) override {
-    slots_[id].used -= slots_[id].segments.back().bytes;
-    slots_[id].segments.pop_back();
-  }
-  uint64_t ScopeBlocks(uint32_t id) const override { return slots_[id].blocks; }
-  uint32_t ScopeReaders(uint32_t id) const override { return slots_[id].readers; }
-  uint64_t ScopeLastUse(uint32_t id) const override { return slots_[id].last_use; }
-  void TouchScope(uint32_t id, uint64_t now_ns) override { slots_[id].last_use = now_ns; }
-  bool TryPinScope(uint32_t id, uint32_t gen) override {
-    Slot& s = slots_[id];
-    if (!s.live || s.gen != gen) return false;
-    s.readers++;
-    return true;
-  }
-  bool TryRetireScope(uint32_t id, uint32_t gen) override {
-    Slot& s = slots_[id];
-    if (!s.live || s.gen != gen || s.readers > 0) return false;
-    s.live = false;
-    s.gen++;
-    return true;
-  }
+  // The blocks scope `id` holds, to unpublish when it is freed.
+  void AddBlock(uint32_t id, uint64_t block) { block_ids_[id].push_back(block); }
   void ReleaseScope(uint32_t id, uint32_t retired_gen) override {
-    for (uint64_t b : slots_[id].block_ids) {
+    for (uint64_t b : block_ids_[id]) {
       auto it = index.find(b);
       if (it != index.end() && it->second.scope == id && it->second.gen == retired_gen) {
         index.erase(it);
@@ -135,29 +58,14 @@ class SimScopeHost final : public ScopeHost {
     }
   }
   void RecycleScope(uint32_t id) override {
-    Slot& s = slots_[id];
-    s.session.clear();
-    s.segments.clear();
-    s.block_ids.clear();
-    s.used = s.blocks = 0;
-    free_.push_back(id);
+    block_ids_[id].clear();
+    PlainScopeHost::RecycleScope(id);
   }
-  void OnReclaimed(MediaType m, uint64_t bytes, uint32_t scopes) override {
-    scopes_reclaimed += scopes;
-  }
-
-  void Unpin(uint32_t id) { slots_[id].readers--; }
-  Slot& slot(uint32_t id) { return slots_[id]; }
 
   std::unordered_map<uint64_t, Loc> index;  // block id -> where it is
-  uint64_t scopes_reclaimed = 0;
 
  private:
-  ExtentAllocator dram_, ssd_;
-  uint64_t file_bytes_;
-  uint64_t reserved_ = 0;
-  std::vector<Slot> slots_;
-  std::vector<uint32_t> free_;
+  std::vector<std::vector<uint64_t>> block_ids_;
 };
 
 class FlatModel final : public StoreModel {
@@ -200,7 +108,7 @@ class FlatModel final : public StoreModel {
     uint32_t run_seg = UINT32_MAX, run_first = 0, run_count = 0, run_scope = 0;
     auto flush_run = [&] {
       if (run_count == 0) return;
-      const Segment& seg = host_.slot(run_scope).segments[run_seg];
+      const Segment& seg = host_.scopes[run_scope].segments[run_seg];
       AppendSsdRunReads(ctx_.layout, file_bytes_, seg.base, seg.run_stride, run_first, run_count,
                         &slices);
       run_count = 0;
@@ -217,7 +125,7 @@ class FlatModel final : public StoreModel {
         }
         last_scope = loc.scope;
       }
-      if (host_.slot(loc.scope).medium == MediaType::kSsd) {
+      if (host_.scopes[loc.scope].medium == MediaType::kSsd) {
         job.ssd_blocks++;
         if (loc.scope == run_scope && loc.segment == run_seg &&
             loc.block == run_first + run_count) {
@@ -268,7 +176,6 @@ class FlatModel final : public StoreModel {
       return now;
     }
     double done = now;
-    SimScopeHost::Slot& slot = host_.slot(pl.scope_id);
     for (const PendingSegment& ps : pl.segments) {
       const double t = pl.medium == MediaType::kSsd
                            ? ctx_.ssd->Submit(now, CommandsFor(ps.seg.bytes, p_.max_io_bytes),
@@ -280,7 +187,7 @@ class FlatModel final : public StoreModel {
       for (uint32_t b = 0; b < ps.seg.num_blocks; ++b) {
         const uint64_t id = ids[ps.first_block + b];
         host_.index[id] = SimScopeHost::Loc{pl.scope_id, pl.gen, ps.segment_no, b, false};
-        slot.block_ids.push_back(id);
+        host_.AddBlock(pl.scope_id, id);
       }
     }
     const uint64_t batch = next_batch_++;
@@ -298,13 +205,13 @@ class FlatModel final : public StoreModel {
     } else if (kind == kPublish) {
       auto it = batches_.find(a);
       PendingBatch& pb = it->second;
-      SimScopeHost::Slot& slot = host_.slot(pb.scope);
+      PlainScopeHost::Scope& scope = host_.scopes[pb.scope];
       for (uint64_t id : pb.ids) {
         auto loc = host_.index.find(id);
         if (loc != host_.index.end() && loc->second.scope == pb.scope &&
             loc->second.gen == pb.gen) {
           loc->second.published = true;
-          slot.blocks++;
+          scope.blocks++;
         }
       }
       host_.Unpin(pb.scope);
@@ -317,7 +224,7 @@ class FlatModel final : public StoreModel {
     rep->ssd_bytes_written = ssd_written_;
     rep->dram_bytes_written = dram_written_;
     rep->bytes_admitted = admitted_;
-    rep->scopes_reclaimed = host_.scopes_reclaimed;
+    rep->scopes_reclaimed = host_.reclaimed_scopes;
   }
 
  private:

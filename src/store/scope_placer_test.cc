@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "media/extent_allocator.h"
+#include "store/plain_scope_host.h"
 
 namespace flatcake {
 namespace {
@@ -15,121 +16,18 @@ namespace {
 constexpr KvLayout kLayout{1, 1, 4 * kKiB};
 constexpr uint64_t kBlock = 4 * kKiB;
 
-// A ScopeHost of plain structs: extent allocators for the media, a vector of slots.
-class TestHost final : public ScopeHost {
+// The placer's host: plain structs (store/plain_scope_host.h) that record each release.
+class TestHost final : public PlainScopeHost {
  public:
-  struct Scope {
-    bool live = false;
-    uint32_t gen = 1;
-    MediaType medium = MediaType::kDram;
-    KvLayout layout;
-    std::string session;
-    std::vector<Segment> segments;
-    uint64_t used = 0;
-    uint64_t blocks = 0;
-    uint32_t readers = 0;
-    uint64_t last_use = 0;
-  };
-
   TestHost(uint64_t dram_bytes, uint64_t ssd_bytes, uint64_t ssd_file_bytes, uint32_t slots)
-      : ssd_file_bytes_(ssd_file_bytes), scopes(slots) {
-    if (dram_bytes) media_[0] = std::make_unique<ExtentAllocator>(dram_bytes, 0, kBlock);
-    if (ssd_bytes) {
-      media_[1] = std::make_unique<ExtentAllocator>(ssd_bytes, ssd_file_bytes, kBlock);
-    }
-  }
+      : PlainScopeHost(dram_bytes, ssd_bytes, ssd_file_bytes, slots, kBlock) {}
 
-  ExtentAllocator& alloc(MediaType m) { return *media_[static_cast<int>(m)]; }
-
-  bool MediumEnabled(MediaType m) const override { return media_[static_cast<int>(m)] != nullptr; }
-  uint64_t Capacity(MediaType m) const override {
-    return MediumEnabled(m) ? media_[static_cast<int>(m)]->capacity() : 0;
-  }
-  uint64_t Used(MediaType m) const override {
-    return MediumEnabled(m) ? media_[static_cast<int>(m)]->used() : 0;
-  }
-  uint64_t SsdFileBytes() const override { return ssd_file_bytes_; }
-  Result<uint64_t> AllocateExtent(MediaType m, uint64_t bytes, uint64_t hint) override {
-    return alloc(m).Allocate(bytes, hint);
-  }
-  void FreeExtent(MediaType m, uint64_t offset, uint64_t bytes) override {
-    alloc(m).Free(offset, bytes);
-  }
-  uint32_t NumScopeSlots() const override { return static_cast<uint32_t>(scopes.size()); }
-  Result<uint32_t> NewScope(MediaType medium, const KvLayout& layout, const std::string& session,
-                            uint64_t now_ns) override {
-    for (uint32_t id = 0; id < scopes.size(); ++id) {
-      Scope& s = scopes[id];
-      if (s.live) continue;
-      s = Scope{.live = true,
-                .gen = s.gen,
-                .medium = medium,
-                .layout = layout,
-                .session = session,
-                .last_use = now_ns};
-      return id;
-    }
-    return Status::NoSpace("no free scope slot");
-  }
-  bool ScopeLive(uint32_t id) const override { return scopes[id].live; }
-  uint32_t ScopeGeneration(uint32_t id) const override { return scopes[id].gen; }
-  MediaType ScopeMedium(uint32_t id) const override { return scopes[id].medium; }
-  const KvLayout& ScopeLayout(uint32_t id) const override { return scopes[id].layout; }
-  const std::string& ScopeSession(uint32_t id) const override { return scopes[id].session; }
-  const std::vector<Segment>& ScopeSegments(uint32_t id) const override {
-    return scopes[id].segments;
-  }
-  uint64_t ScopeUsedBytes(uint32_t id) const override { return scopes[id].used; }
-  uint32_t AppendScopeSegment(uint32_t id, const Segment& seg) override {
-    scopes[id].segments.push_back(seg);
-    scopes[id].used += seg.bytes;
-    return static_cast<uint32_t>(scopes[id].segments.size() - 1);
-  }
-  void PopScopeSegment(uint32_t id) override {
-    scopes[id].used -= scopes[id].segments.back().bytes;
-    scopes[id].segments.pop_back();
-  }
-  uint64_t ScopeBlocks(uint32_t id) const override { return scopes[id].blocks; }
-  uint32_t ScopeReaders(uint32_t id) const override { return scopes[id].readers; }
-  uint64_t ScopeLastUse(uint32_t id) const override { return scopes[id].last_use; }
-  void TouchScope(uint32_t id, uint64_t now_ns) override { scopes[id].last_use = now_ns; }
-  bool TryPinScope(uint32_t id, uint32_t gen) override {
-    Scope& s = scopes[id];
-    if (!s.live || s.gen != gen) return false;
-    s.readers++;
-    return true;
-  }
-  bool TryRetireScope(uint32_t id, uint32_t gen) override {
-    Scope& s = scopes[id];
-    if (!s.live || s.gen != gen || s.readers > 0) return false;
-    s.live = false;
-    s.gen++;
-    return true;
-  }
   void ReleaseScope(uint32_t id, uint32_t retired_gen) override {
     released.push_back(id);
     EXPECT_EQ(scopes[id].gen, retired_gen + 1);
   }
-  void RecycleScope(uint32_t id) override {
-    Scope& s = scopes[id];
-    s.session.clear();
-    s.segments.clear();
-    s.used = 0;
-    s.blocks = 0;
-  }
-  void OnReclaimed(MediaType, uint64_t bytes, uint32_t n) override {
-    reclaimed_bytes += bytes;
-    reclaimed_scopes += n;
-  }
 
-  std::vector<Scope> scopes;
   std::vector<uint32_t> released;  // slot ids, in release order
-  uint64_t reclaimed_bytes = 0;
-  uint32_t reclaimed_scopes = 0;
-
- private:
-  const uint64_t ssd_file_bytes_;
-  std::unique_ptr<ExtentAllocator> media_[2];
 };
 
 StoreOptions Options() {
