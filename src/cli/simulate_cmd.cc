@@ -215,149 +215,134 @@ std::vector<Panel> PanelsFor(int figure) {
   return out;
 }
 
-int Run(SimArgs& a) {
-  if (a.figure && (a.figure < 6 || a.figure > 10)) {
-    std::fprintf(stderr, "flatcake simulate: --figure must be 6, 7, 8, 9 or 10\n");
-    return 2;
+Result<std::vector<sim::SimPolicy>> ParsePolicies(const std::vector<std::string>& names) {
+  if (names.empty()) return sim::AllSimPolicies();
+  std::vector<sim::SimPolicy> policies;
+  for (const std::string& n : names) {
+    FC_ASSIGN_OR_RETURN(sim::SimPolicy pol, sim::ParseSimPolicy(n));
+    policies.push_back(pol);
   }
-  const bool fig10 = a.figure == 10 || a.workload == "fixed";
+  return policies;
+}
+
+// What a run simulates: one request list per context length for the fixed sweep, else one.
+struct Workloads {
+  std::vector<std::pair<uint64_t, std::vector<trace::TraceRequest>>> sets;
+  std::string name;
+  uint32_t block_tokens = 0;  // a trace's own block size; 0 = the profile's
+};
+
+Result<Workloads> LoadWorkloads(const SimArgs& a, const sim::SimProfile& p, bool fixed,
+                                bool short_default) {
+  Workloads w;
+  if (!a.trace_path.empty()) {
+    FC_ASSIGN_OR_RETURN(auto reqs, trace::ReadTrace(a.trace_path, trace::ReaderOptions{}));
+    if (a.max_requests && reqs.size() > a.max_requests) reqs.resize(a.max_requests);
+    if (reqs.empty()) return Status::InvalidArgument("trace " + a.trace_path + " has no requests");
+    w.block_tokens = reqs.front().block_tokens;
+    w.name = a.trace_path;
+    w.sets.emplace_back(0, std::move(reqs));
+    return w;
+  }
+  if (fixed) {
+    const uint32_t bt = p.page_tokens ? p.page_tokens : 256;
+    for (uint64_t ctx : a.contexts) {
+      FC_ASSIGN_OR_RETURN(auto reqs,
+                          sim::FixedLengthSessions(ctx, bt, a.sessions, a.turns,
+                                                   std::min<uint64_t>(512, ctx / 4), 256));
+      w.sets.emplace_back(ctx, std::move(reqs));
+    }
+    w.name = "fixed-length sessions";
+    return w;
+  }
+  const std::string kind = a.workload.empty() ? "agentic" : a.workload;
+  auto k = trace::ParseWorkloadKind(kind);
+  if (!k.ok()) return Status::InvalidArgument(std::string(k.status().message()) + " (or 'fixed')");
+  const bool agentic = *k == trace::WorkloadKind::kAgentic;
+  trace::WorkloadOptions wo =
+      agentic ? sim::ProfileWorkloadOptions(p, a.requests ? a.requests : (short_default ? 4000 : 0))
+              : trace::DefaultWorkloadOptions(*k);
+  if (!agentic) {
+    if (p.page_tokens) wo.block_tokens = p.page_tokens;
+    if (a.requests) wo.requests = a.requests;
+  }
+  if (a.max_requests) wo.requests = std::min(wo.requests, a.max_requests);
+  wo.seed = a.seed;
+  FC_RETURN_IF_ERROR(trace::ValidateWorkloadOptions(wo));
+  FC_ASSIGN_OR_RETURN(auto reqs, trace::GenerateWorkload(*k, wo));
+  w.name = p.workload == "replay-default" && a.workload.empty() ? "replay-default" : kind;
+  if (!a.json && agentic) {
+    PrintTable1Comparison(trace::ComputeTraceStats(reqs), wo.block_tokens, stdout);
+  }
+  w.sets.emplace_back(0, std::move(reqs));
+  return w;
+}
+
+Status Simulate(SimArgs& a) {
+  if (a.figure && (a.figure < 6 || a.figure > 10)) {
+    return Status::InvalidArgument("--figure must be 6, 7, 8, 9 or 10");
+  }
+  // Checked before anything runs: a sweep can take minutes.
+  if (!a.plot.empty() && std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    return Status::Unsupported("--plot needs gnuplot, which is not on PATH");
+  }
+  const bool fixed = a.figure == 10 || a.workload == "fixed";
   // Setups: each figure's profile, workload and loads unless flags say otherwise.
   if (a.profile.empty()) a.profile = a.figure == 10 ? "a100-llama70b" : "b200-dsv4flash";
-  auto prof = sim::LoadProfile(a.profile);
-  if (!prof.ok()) {
-    std::fprintf(stderr, "flatcake simulate: %s\n", prof.status().ToString().c_str());
-    return 2;
-  }
-  sim::SimProfile& p = *prof;
+  FC_ASSIGN_OR_RETURN(const sim::SimProfile p, sim::LoadProfile(a.profile));
   const bool short_default = a.figure == 0 && a.workload.empty() && a.trace_path.empty() &&
                              a.profile == "b200-dsv4flash" && a.requests == 0;
   if (a.figure == 10 && a.contexts.empty()) a.contexts = {8192, 16384, 32768, 65536, 131072};
-  if (fig10 && a.contexts.empty()) a.contexts = {32768};
-  if (a.qps.empty()) a.qps = short_default ? std::vector<double>{0.5} : p.qps;
-  std::vector<sim::SimPolicy> policies;
-  if (a.policies.empty()) {
-    policies = sim::AllSimPolicies();
-  } else {
-    for (const std::string& n : a.policies) {
-      auto pol = sim::ParseSimPolicy(n);
-      if (!pol.ok()) {
-        std::fprintf(stderr, "flatcake simulate: %s\n", pol.status().ToString().c_str());
-        return 2;
-      }
-      policies.push_back(*pol);
-    }
-  }
+  if (fixed && a.contexts.empty()) a.contexts = {32768};
+  FC_ASSIGN_OR_RETURN(const std::vector<sim::SimPolicy> policies, ParsePolicies(a.policies));
   std::vector<std::string> policy_names;
   for (sim::SimPolicy pol : policies) policy_names.emplace_back(sim::SimPolicyName(pol));
-
-  // Workloads: one per context length for the fixed sweep, else one.
-  std::vector<std::pair<uint64_t, std::vector<trace::TraceRequest>>> workloads;
-  std::string workload_name;
-  sim::SimOptions so;
-  if (!a.trace_path.empty()) {
-    auto reqs = trace::ReadTrace(a.trace_path, trace::ReaderOptions{});
-    if (!reqs.ok()) {
-      std::fprintf(stderr, "flatcake simulate: %s\n", reqs.status().ToString().c_str());
-      return 2;
-    }
-    if (a.max_requests && reqs->size() > a.max_requests) reqs->resize(a.max_requests);
-    if (reqs->empty()) {
-      std::fprintf(stderr, "flatcake simulate: trace %s has no requests\n", a.trace_path.c_str());
-      return 2;
-    }
-    so.block_tokens = reqs->front().block_tokens;
-    workload_name = a.trace_path;
-    workloads.emplace_back(0, std::move(*reqs));
-  } else if (fig10) {
-    const uint32_t bt = p.page_tokens ? p.page_tokens : 256;
-    for (uint64_t ctx : a.contexts) {
-      auto reqs = sim::FixedLengthSessions(ctx, bt, a.sessions, a.turns,
-                                           std::min<uint64_t>(512, ctx / 4), 256);
-      if (!reqs.ok()) {
-        std::fprintf(stderr, "flatcake simulate: %s\n", reqs.status().ToString().c_str());
-        return 2;
-      }
-      workloads.emplace_back(ctx, std::move(*reqs));
-    }
-    workload_name = "fixed-length sessions";
-  } else {
-    std::string kind = a.workload.empty() ? "agentic" : a.workload;
-    auto k = trace::ParseWorkloadKind(kind);
-    if (!k.ok()) {
-      std::fprintf(stderr, "flatcake simulate: %s (or 'fixed')\n", k.status().ToString().c_str());
-      return 2;
-    }
-    trace::WorkloadOptions wo =
-        *k == trace::WorkloadKind::kAgentic
-            ? sim::ProfileWorkloadOptions(p, a.requests ? a.requests : (short_default ? 4000 : 0))
-            : trace::DefaultWorkloadOptions(*k);
-    if (*k != trace::WorkloadKind::kAgentic) {
-      if (p.page_tokens) wo.block_tokens = p.page_tokens;
-      if (a.requests) wo.requests = a.requests;
-    }
-    if (a.max_requests) wo.requests = std::min(wo.requests, a.max_requests);
-    wo.seed = a.seed;
-    if (Status st = trace::ValidateWorkloadOptions(wo); !st.ok()) {
-      std::fprintf(stderr, "flatcake simulate: %s\n", st.ToString().c_str());
-      return 2;
-    }
-    auto reqs = trace::GenerateWorkload(*k, wo);
-    if (!reqs.ok()) {
-      std::fprintf(stderr, "flatcake simulate: %s\n", reqs.status().ToString().c_str());
-      return 2;
-    }
-    workload_name = kind;
-    if (p.workload == "replay-default" && a.workload.empty()) {
-      workload_name = "replay-default";
-      if (a.qps == p.qps) a.qps = {eval::kDefaultReplayQps};
-    }
-    if (!a.json && *k == trace::WorkloadKind::kAgentic) {
-      PrintTable1Comparison(trace::ComputeTraceStats(*reqs), wo.block_tokens, stdout);
-    }
-    workloads.emplace_back(0, std::move(*reqs));
+  FC_ASSIGN_OR_RETURN(const Workloads w, LoadWorkloads(a, p, fixed, short_default));
+  if (a.qps.empty()) {
+    a.qps = w.name == "replay-default" ? std::vector<double>{eval::kDefaultReplayQps}
+            : short_default            ? std::vector<double>{0.5}
+                                       : p.qps;
   }
 
   if (!a.json) {
     std::printf("# profile %s: %s\n# workload %s; policies", p.name.c_str(), p.description.c_str(),
-                workload_name.c_str());
+                w.name.c_str());
     for (const std::string& n : policy_names) std::printf(" %s", n.c_str());
     std::printf("\n");
     std::fflush(stdout);
   }
+  sim::SimOptions so;
+  so.block_tokens = w.block_tokens;
   std::vector<Row> rows;
-  for (const auto& [ctx, reqs] : workloads) {
+  for (const auto& [ctx, reqs] : w.sets) {
     for (double q : a.qps) {
       for (sim::SimPolicy pol : policies) {
         so.policy = pol;
         so.qps = q;
-        auto r = sim::RunSimulation(reqs, p, so);
-        if (!r.ok()) {
-          std::fprintf(stderr, "flatcake simulate: %s\n", r.status().ToString().c_str());
-          return 2;
-        }
-        Row row{*r, ctx};
+        FC_ASSIGN_OR_RETURN(sim::SimReport r, sim::RunSimulation(reqs, p, so));
+        Row row{std::move(r), ctx};
         if (a.json) {
-          std::printf("%s\n", ToJson(row, workload_name).dump().c_str());
+          std::printf("%s\n", ToJson(row, w.name).dump().c_str());
           std::fflush(stdout);
         }
         rows.push_back(std::move(row));
       }
     }
   }
-  if (!a.json) PrintRows(rows, fig10);
+  if (!a.json) PrintRows(rows, fixed);
   if (!a.plot.empty()) {
-    if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-      std::fprintf(stderr, "flatcake simulate: --plot needs gnuplot, which is not on PATH\n");
-      return 2;
-    }
-    Status st = PlotPanels(a.plot, rows, policy_names, fig10, PanelsFor(fig10 ? 10 : a.figure));
-    if (!st.ok()) {
-      std::fprintf(stderr, "flatcake simulate: %s\n", st.ToString().c_str());
-      return 2;
-    }
+    FC_RETURN_IF_ERROR(
+        PlotPanels(a.plot, rows, policy_names, fixed, PanelsFor(fixed ? 10 : a.figure)));
     if (!a.json) std::printf("# plots written to %s\n", a.plot.c_str());
   }
-  return 0;
+  return Status::OK();
+}
+
+int Run(SimArgs& a) {
+  Status st = Simulate(a);
+  if (st.ok()) return 0;
+  std::fprintf(stderr, "flatcake simulate: %s\n", st.ToString().c_str());
+  return 2;
 }
 
 }  // namespace
