@@ -421,6 +421,20 @@ double ReplayReport::hit_ssd_pct() const {
   return input_tokens ? 100.0 * hit_tokens_ssd / input_tokens : 0;
 }
 
+KvLayout BlockLayout(uint32_t layers, uint32_t planes, uint64_t kv_bytes_per_token,
+                     uint32_t block_tokens) {
+  const uint64_t slices = uint64_t{layers} * planes;
+  return KvLayout{layers, planes,
+                  std::max<uint64_t>(1, kv_bytes_per_token * block_tokens / slices)};
+}
+
+FlatPool FlatPoolFor(uint64_t ssd_bytes, uint64_t flat_file_bytes) {
+  FlatPool p;
+  p.files = std::max<uint64_t>(1, (ssd_bytes + flat_file_bytes - 1) / flat_file_bytes);
+  p.file_bytes = std::max<uint64_t>(4096, AlignDown(ssd_bytes / p.files, 4096));
+  return p;
+}
+
 std::vector<double> ScaledArrivals(const std::vector<trace::TraceRequest>& reqs, double qps) {
   std::vector<double> at(reqs.size(), 0);
   const double span = reqs.size() > 1 ? reqs.back().time_s - reqs.front().time_s : 0;
@@ -513,9 +527,7 @@ Result<ReplayReport> RunReplay(const std::vector<trace::TraceRequest>& requests,
   const uint64_t per_token = o.model.kv_bytes_per_token
                                  ? o.model.kv_bytes_per_token
                                  : std::max<uint64_t>(1, o.model.block_bytes / block_tokens);
-  const uint64_t slices = uint64_t{o.model.layers} * o.model.planes;
-  const uint64_t slice_bytes = std::max<uint64_t>(1, per_token * block_tokens / slices);
-  const KvLayout layout{o.model.layers, o.model.planes, slice_bytes};
+  const KvLayout layout = BlockLayout(o.model.layers, o.model.planes, per_token, block_tokens);
   FC_RETURN_IF_ERROR(ValidateKvLayout(layout));
   if (o.policy != ReplayPolicy::kDramOnly && o.dir.empty()) {
     return Status::InvalidArgument("replay: a data directory is required for SSD policies");
@@ -533,12 +545,9 @@ Result<ReplayReport> RunReplay(const std::vector<trace::TraceRequest>& requests,
     so.dram_bytes = o.dram_bytes;
     so.ssd_dirs = {o.dir};
     so.recover = false;  // a replay starts from an empty store
-    // As many pool files as --flat-file-bytes asks for, resized so they add up to the SSD
-    // budget (to 4 KiB per file): both policies get the same capacity.
-    const uint64_t files =
-        std::max<uint64_t>(1, (o.ssd_bytes + o.flat_file_bytes - 1) / o.flat_file_bytes);
-    so.ssd_file_bytes = std::max<uint64_t>(4096, AlignDown(o.ssd_bytes / files, 4096));
-    so.ssd_bytes = so.ssd_file_bytes * files;
+    const FlatPool pool = FlatPoolFor(o.ssd_bytes, o.flat_file_bytes);
+    so.ssd_file_bytes = pool.file_bytes;
+    so.ssd_bytes = pool.file_bytes * pool.files;
     so.tokens_per_block = block_tokens;
     so.tau_tokens = o.tau_tokens;
     so.l_agent_tokens = o.l_agent_tokens;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "baseline/tiered_store.h"
+#include "flatcake/layout.h"
 #include "flatcake/status.h"
 #include "trace/trace.h"
 #include "trace/workload_gen.h"
@@ -132,6 +133,19 @@ struct RequestHints {
   int64_t prior_reply_tokens = -1;  // -1: unknown
 };
 std::vector<RequestHints> DeriveHints(const std::vector<trace::TraceRequest>& requests);
+
+// The layout of a block of `block_tokens` tokens of a model of `layers` x `planes` slices and
+// `kv_bytes_per_token` bytes per token (each slice at least one byte).
+KvLayout BlockLayout(uint32_t layers, uint32_t planes, uint64_t kv_bytes_per_token,
+                     uint32_t block_tokens);
+
+// The flat store's SSD pool for a budget: as many files as `flat_file_bytes` asks for, resized so
+// they add up to the budget (to 4 KiB per file), so that flat and tiered get the same capacity.
+struct FlatPool {
+  uint64_t files = 0;
+  uint64_t file_bytes = 0;
+};
+FlatPool FlatPoolFor(uint64_t ssd_bytes, uint64_t flat_file_bytes);
 
 // Arrival offsets (seconds from the first request) of `requests`, their gaps scaled so the mean
 // rate is `qps` (0 keeps the trace's own timing).

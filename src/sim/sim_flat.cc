@@ -73,9 +73,8 @@ class FlatModel final : public StoreModel {
   explicit FlatModel(SimContext* ctx)
       : ctx_(*ctx),
         p_(*ctx->profile),
-        files_(std::max<uint64_t>(1, (p_.ssd_bytes + p_.flat_file_bytes - 1) / p_.flat_file_bytes)),
-        file_bytes_(std::max<uint64_t>(8192, (p_.ssd_bytes / files_) / 4096 * 4096)),
-        host_(p_.dram_bytes / 4096 * 4096, files_, file_bytes_, 1 << 20),
+        pool_(eval::FlatPoolFor(p_.ssd_bytes, p_.flat_file_bytes)),
+        host_(p_.dram_bytes / 4096 * 4096, pool_.files, pool_.file_bytes, 1 << 20),
         placer_(PlacerOptions(), host_),
         queue_(SchedOptions{
             ctx->policy == SimPolicy::kFlatFcfs ? SchedPolicy::kFcfs : SchedPolicy::kMas,
@@ -109,8 +108,8 @@ class FlatModel final : public StoreModel {
     auto flush_run = [&] {
       if (run_count == 0) return;
       const Segment& seg = host_.scopes[run_scope].segments[run_seg];
-      AppendSsdRunReads(ctx_.layout, file_bytes_, seg.base, seg.run_stride, run_first, run_count,
-                        &slices);
+      AppendSsdRunReads(ctx_.layout, pool_.file_bytes, seg.base, seg.run_stride, run_first,
+                        run_count, &slices);
       run_count = 0;
     };
     for (uint32_t k = 0; k < r.lookup_hits; ++k) {
@@ -279,7 +278,7 @@ class FlatModel final : public StoreModel {
 
   SimContext& ctx_;
   const SimProfile& p_;
-  const uint64_t files_, file_bytes_;
+  const eval::FlatPool pool_;  // the replay's flat pool for the same budget
   SimScopeHost host_;
   ScopePlacer placer_;
   RestoreQueue queue_;

@@ -354,9 +354,8 @@ class TieredModel final : public StoreModel {
     r.from_ssd = ssd;
     r.revoked = job.revoked;
     ctx_.restored(job.req, t);
-    if (job.ssd_hits.empty() || job.keep == 0) {
-      if (job.ssd_hits.empty() || job.plan.slices.empty()) jobs_.erase(job.req);
-    }
+    // Nothing was staged or read: the job ends here (else at kPromoted).
+    if (job.ssd_hits.empty() || job.keep == 0) jobs_.erase(job.req);
   }
 
   SimContext& ctx_;

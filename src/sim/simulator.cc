@@ -95,14 +95,15 @@ class Simulator {
  public:
   Simulator(const std::vector<trace::TraceRequest>& reqs, const SimProfile& p, const SimOptions& o,
             uint32_t block_tokens)
-      : reqs_(reqs), p_(p), o_(o), hbm_(0) {
+      : reqs_(reqs),
+        p_(p),
+        o_(o),
+        hbm_(p.hbm_kv_bytes / std::max<uint64_t>(1, p.kv_bytes_per_token * block_tokens)) {
     ctx_.requests = &reqs;
     ctx_.profile = &p;
     ctx_.policy = o.policy;
     ctx_.block_tokens = block_tokens;
-    const uint64_t block = p.kv_bytes_per_token * block_tokens;
-    const uint64_t slices = uint64_t{p.layers} * p.planes;
-    ctx_.layout = KvLayout{p.layers, p.planes, std::max<uint64_t>(1, block / slices)};
+    ctx_.layout = eval::BlockLayout(p.layers, p.planes, p.kv_bytes_per_token, block_tokens);
     ctx_.ssd = std::make_unique<SsdDevice>(p.ssd);
     ctx_.h2d = std::make_unique<Link>(p.h2d_gbps);
     ctx_.host_copy = std::make_unique<Link>(p.host_copy_gbps);
@@ -110,7 +111,6 @@ class Simulator {
     ctx_.schedule = [this](double t, uint32_t kind, uint64_t a) { Schedule(t, kind, a); };
     ctx_.restored = [this](uint32_t idx, double t) { Schedule(t, kReady, idx); };
     ctx_.reqs = &state_;
-    hbm_ = HbmCache(p.hbm_kv_bytes / std::max<uint64_t>(1, ctx_.block_bytes()));
   }
 
   Status Init() {
