@@ -36,6 +36,54 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Writes `puts` batches of a.blocks_per_put blocks, a.turns_per_session batches per session, into
+// a store opened with `o`, and closes it; returns the seconds the puts took.
+Result<double> WritePool(const RecoverArgs& a, const StoreOptions& o, const KvLayout& layout,
+                         uint64_t puts) {
+  FC_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(o));
+  HostBlocks buf(layout, a.blocks_per_put);
+  WriteHints h;
+  h.force_medium = MediaType::kSsd;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t i = 0; i < puts; ++i) {
+    const auto keys = MakeKeys(i, 0, a.blocks_per_put);
+    buf.Fill(keys);
+    h.session = "session-" + std::to_string(i / a.turns_per_session);
+    FC_RETURN_IF_ERROR(store->Put(keys, layout, buf.buffers(), h).status());
+  }
+  return Seconds(t0);
+}
+
+struct ReadBackResult {
+  double seconds = 0;
+  uint64_t mismatches = 0, misses = 0;
+};
+
+// Reads every block WritePool wrote back from `store` and compares it with its content.
+Result<ReadBackResult> ReadBack(const RecoverArgs& a, Store& store, const KvLayout& layout,
+                                uint64_t puts) {
+  const uint64_t block = layout.block_bytes();
+  HostBlocks buf(layout, a.blocks_per_put);
+  std::vector<uint8_t> want(block);
+  ReadBackResult out;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t i = 0; i < puts; ++i) {
+    const auto keys = MakeKeys(i, 0, a.blocks_per_put);
+    std::memset(buf.bytes.data(), 0, buf.bytes.size());
+    FC_ASSIGN_OR_RETURN(GetResult r, store.Get(keys, layout, buf.buffers()));
+    for (size_t k = 0; k < keys.size(); ++k) {
+      if (!r.found[k]) {
+        out.misses++;
+        continue;
+      }
+      FillBlock(keys[k], want.data(), block);
+      if (std::memcmp(want.data(), buf.block(k), block) != 0) out.mismatches++;
+    }
+  }
+  out.seconds = Seconds(t0);
+  return out;
+}
+
 int RunRecover(const RecoverArgs& a) {
   const KvLayout layout{a.layers, a.planes, a.slice_bytes};
   if (Status st = ValidateKvLayout(layout); !st.ok()) return ReportStatus("bench recover", st);
@@ -65,51 +113,20 @@ int RunRecover(const RecoverArgs& a) {
   o.index_capacity = std::bit_ceil(2 * blocks);  // 4 KiB blocks: more than the default sizing
   o.sync = SyncMode::kNone;  // the bench measures recovery, not the disk's flush
   o.wipe = true;             // a measurement starts from an empty pool ...
-  double write_s = 0;
-  {
-    auto opened = Store::Open(o);
-    if (!opened.ok()) return ReportStatus("bench recover", opened.status());
-    Store& store = **opened;
-    HostBlocks buf(layout, a.blocks_per_put);
-    WriteHints h;
-    h.force_medium = MediaType::kSsd;
-    auto t0 = std::chrono::steady_clock::now();
-    for (uint64_t i = 0; i < puts; ++i) {
-      const auto keys = MakeKeys(i, 0, a.blocks_per_put);
-      buf.Fill(keys);
-      h.session = "session-" + std::to_string(i / a.turns_per_session);
-      auto r = store.Put(keys, layout, buf.buffers(), h);
-      if (!r.ok()) return ReportStatus("bench recover", r.status());
-    }
-    write_s = Seconds(t0);
-  }
+  auto written = WritePool(a, o, layout, puts);
+  if (!written.ok()) return ReportStatus("bench recover", written.status());
+  const double write_s = *written;
   o.wipe = false;  // ... and the reopen recovers it
-  auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   auto opened = Store::Open(o);
   const double open_s = Seconds(t0);
   if (!opened.ok()) return ReportStatus("bench recover", opened.status());
   Store& store = **opened;
   const StoreInfo info = store.GetInfo();
 
-  HostBlocks buf(layout, a.blocks_per_put);
-  std::vector<uint8_t> want(block);
-  uint64_t mismatches = 0, misses = 0;
-  t0 = std::chrono::steady_clock::now();
-  for (uint64_t i = 0; i < puts; ++i) {
-    const auto keys = MakeKeys(i, 0, a.blocks_per_put);
-    std::memset(buf.bytes.data(), 0, buf.bytes.size());
-    auto r = store.Get(keys, layout, buf.buffers());
-    if (!r.ok()) return ReportStatus("bench recover", r.status());
-    for (size_t k = 0; k < keys.size(); ++k) {
-      if (!r->found[k]) {
-        misses++;
-        continue;
-      }
-      FillBlock(keys[k], want.data(), block);
-      if (std::memcmp(want.data(), buf.block(k), block) != 0) mismatches++;
-    }
-  }
-  const double read_s = Seconds(t0);
+  auto checked = ReadBack(a, store, layout, puts);
+  if (!checked.ok()) return ReportStatus("bench recover", checked.status());
+  const auto [read_s, mismatches, misses] = *checked;
   const StoreStats st = store.GetStats();
   const double fraction =
       payload ? static_cast<double>(info.recovery_read_bytes) / static_cast<double>(payload) : 0;

@@ -109,6 +109,10 @@ class PoolChecker {
 
   Status FindAndLock();
   bool CheckSuperblocks();
+  // Decodes every found file's superblock: the intact ones (with their paths) and why the others
+  // are not, by file index.
+  using IntactSuperblocks = std::map<uint32_t, std::pair<std::string, durable::Superblock>>;
+  void ReadSuperblocks(IntactSuperblocks* intact, std::map<uint32_t, std::string>* errors);
   Status ReadJournal();
   void Replay();
   void Claim();
@@ -167,11 +171,28 @@ Status PoolChecker::FindAndLock() {
   return Status::OK();
 }
 
+// How superblock `s` of file `i` disagrees with the reference `ref` (empty when it does not).
+std::string SuperblockDiffers(const durable::Superblock& s, const durable::Superblock& ref,
+                              uint32_t i) {
+  if (s.version != ref.version) {
+    return "format version " + Num(s.version) + " (file 0: " + Num(ref.version) + ")";
+  }
+  if (s.store_id != ref.store_id) {
+    return "store id " + Hex(s.store_id) + ", another pool's (this pool's: " + Hex(ref.store_id) +
+           ")";
+  }
+  if (s.file_index != i) return "file index " + Num(s.file_index) + " in file " + Num(i);
+  if (s.num_files != ref.num_files || s.file_bytes != ref.file_bytes) {
+    return "geometry " + Num(s.num_files) + " files of " + Num(s.file_bytes) +
+           " bytes, the others " + Num(ref.num_files) + " of " + Num(ref.file_bytes);
+  }
+  return "";
+}
+
 // Reads every superblock; the reference is file 0's, or the lowest-numbered intact one. Returns
 // whether the geometry is known.
-bool PoolChecker::CheckSuperblocks() {
-  std::map<uint32_t, std::pair<std::string, durable::Superblock>> intact;  // by found index
-  std::map<uint32_t, std::string> errors;
+void PoolChecker::ReadSuperblocks(IntactSuperblocks* intact,
+                                  std::map<uint32_t, std::string>* errors) {
   for (const auto& [index, dirs] : found_) {
     const std::string path = dirs.front() + "/" + SsdFilePool::FileName(index);
     std::vector<uint8_t> buf(durable::kSuperblockBytes, 0);
@@ -179,16 +200,22 @@ bool PoolChecker::CheckSuperblocks() {
     Status st = fd < 0 ? Status::FromErrno(errno, "open") : ReadAt(fd, buf.data(), buf.size(), 0);
     if (fd >= 0) close(fd);
     if (!st.ok()) {
-      errors[index] = "superblock unreadable: " + std::string(st.message());
+      (*errors)[index] = "superblock unreadable: " + std::string(st.message());
       continue;
     }
     auto sb = durable::DecodeSuperblock(buf);
     if (sb.ok()) {
-      intact.emplace(index, std::make_pair(path, *sb));
+      intact->emplace(index, std::make_pair(path, *sb));
     } else {
-      errors[index] = std::string(sb.status().message());
+      (*errors)[index] = std::string(sb.status().message());
     }
   }
+}
+
+bool PoolChecker::CheckSuperblocks() {
+  IntactSuperblocks intact;
+  std::map<uint32_t, std::string> errors;
+  ReadSuperblocks(&intact, &errors);
   if (intact.empty()) {
     for (const auto& [index, why] : errors) {
       Damage("superblock", found_[index].front() + "/" + SsdFilePool::FileName(index), 0, why,
@@ -237,19 +264,7 @@ bool PoolChecker::CheckSuperblocks() {
       Damage("superblock", f.path, 0, errors[i], false);
       continue;
     }
-    const durable::Superblock& s = sb->second.second;
-    std::string differs;
-    if (s.version != ref.version) {
-      differs = "format version " + Num(s.version) + " (file 0: " + Num(ref.version) + ")";
-    } else if (s.store_id != ref.store_id) {
-      differs = "store id " + Hex(s.store_id) +
-                ", another pool's (this pool's: " + Hex(ref.store_id) + ")";
-    } else if (s.file_index != i) {
-      differs = "file index " + Num(s.file_index) + " in file " + Num(i);
-    } else if (s.num_files != ref.num_files || s.file_bytes != ref.file_bytes) {
-      differs = "geometry " + Num(s.num_files) + " files of " + Num(s.file_bytes) +
-                " bytes, the others " + Num(ref.num_files) + " of " + Num(ref.file_bytes);
-    }
+    const std::string differs = SuperblockDiffers(sb->second.second, ref, i);
     if (!differs.empty()) {
       Damage("superblock", f.path, 0, differs, false);
       continue;
