@@ -45,16 +45,17 @@ class TieredModel final : public StoreModel {
     const auto& ids = (*ctx_.requests)[r.idx].block_ids;
     keys_.clear();
     for (size_t i = first; i < ids.size(); ++i) keys_.push_back(ctx_.KeyOf(ids[i]));
+    keys_req_ = r.idx;
+    keys_first_ = first;
     return dir_.Lookup(keys_).leading_hits;
   }
 
   void Restore(ReqState& r, uint32_t first, double now) override {
     Job& job = jobs_[r.idx];
     job.req = r.idx;
-    const auto& ids = (*ctx_.requests)[r.idx].block_ids;
-    for (uint32_t k = 0; k < r.lookup_hits; ++k) job.keys.push_back(ctx_.KeyOf(ids[first + k]));
+    if (keys_req_ != r.idx || keys_first_ != first) Lookup(r, first);  // the keys Lookup built
+    job.keys.assign(keys_.begin(), keys_.begin() + r.lookup_hits);
     job.found.assign(job.keys.size(), 0);
-    job.t0 = now;
     job.deadline =
         now + baseline::PrefetchTimeoutSeconds(opts_, uint64_t{r.lookup_hits} * ctx_.block_tokens);
     TieredHits hits;
@@ -176,7 +177,7 @@ class TieredModel final : public StoreModel {
     uint32_t req = 0;
     std::vector<Key> keys;
     std::vector<uint8_t> found;
-    double t0 = 0, deadline = 0, t = 0;
+    double deadline = 0, t = 0;
     uint32_t dram_blocks = 0, revoked = 0;
     std::vector<uint32_t> ssd_hits;
     size_t keep = 0;
@@ -368,7 +369,9 @@ class TieredModel final : public StoreModel {
   baseline::StagingPool staging_;
   uint64_t obj_bytes_ = 0;
   double read_gbps_ = 0;
+  // The keys of the last Lookup: request keys_req_'s blocks from keys_first_ on.
   std::vector<Key> keys_;
+  uint32_t keys_req_ = UINT32_MAX, keys_first_ = 0;
   std::unordered_map<uint32_t, Job> jobs_;
   std::deque<uint32_t> waiters_;
   std::unordered_map<uint64_t, PendingPut> puts_;
