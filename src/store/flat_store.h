@@ -33,10 +33,12 @@
 #include "media/journal.h"
 #include "media/ssd_file_pool.h"
 #include "sched/mas_scheduler.h"
+#include "store/data_plan.h"
 #include "store/restore_job.h"
 #include "store/scope.h"
 #include "store/scope_placer.h"
 #include "store/segment_layout.h"
+#include "store/segment_writer.h"
 #include "store/staging.h"
 #include "util/thread_annotations.h"
 
@@ -114,16 +116,41 @@ class FlatStore final : public Store, private ScopeHost {
   FlatStore(const StoreOptions& options, std::unique_ptr<IoEngine> engine);
   Status Init();
 
+  // A batch write from its placement to its end: the embedded Put's, or a lease's (ReserveWrite).
+  // Until FinishWrite its scope is pinned, the index slots of its keys are reserved (other
+  // writers see the keys as present, readers miss them) and its segments' extents allocated.
+  struct PendingWrite {
+    uint64_t owner = 0;
+    KvLayout layout;
+    Placement placement;                         // medium, scope (pinned), segments
+    std::vector<uint32_t> todo;                  // batch indices of the keys to write
+    std::vector<Key> keys;                       // keys[todo[i]]
+    std::vector<BlockIndex::Reservation> slots;  // per entry of todo
+    uint32_t already_present = 0;
+    size_t published = 0;  // segments published: a prefix of placement.segments
+    // Its slots could not be taken again after an index compaction (never expected): it can
+    // only be aborted.
+    bool lost = false;
+  };
+
   // --- write path (flat_store.cc) ---
   // Takes index_mu_ shared itself (the name predates the lock annotations); Put compacts after.
   Result<PutResult> PutLocked(std::span<const Key> keys, const KvLayout& layout,
                               const BlockBuffers& src, const WriteHints& hints)
       EXCLUDES(index_mu_, mu_);
-  // Gathers and writes one segment; `*checksums` gets its blocks' checksums, computed in the
-  // gather's pass over the source.
-  Status WriteSegment(const ScopeSlot& scope, const PendingSegment& ps, const KvLayout& layout,
-                      const BlockBuffers& src, std::span<const uint32_t> batch_index,
-                      std::vector<uint64_t>* checksums);
+  // Reserves the index slots of the keys not already present (or being written) and places
+  // them (PlaceBatch, under mu_) into *w. On error nothing is held. Counts already present keys.
+  Status ReserveBatch(std::span<const Key> keys, const KvLayout& layout, const WriteHints& hints,
+                      PendingWrite* w) REQUIRES_SHARED(index_mu_) EXCLUDES(mu_);
+  // Segment w.published of `w`, whose data is written and whose blocks' checksums are
+  // `checksums`: its commit record on a durable medium, then its index entries.
+  Status PublishNextSegment(PendingWrite& w, std::span<const uint64_t> checksums)
+      REQUIRES_SHARED(index_mu_) EXCLUDES(mu_);
+  // Ends a write: the slots of its unpublished blocks are given up and their segments abandoned
+  // (extents freed), its scope unpinned, and freed when it holds nothing.
+  void FinishWrite(PendingWrite& w) REQUIRES_SHARED(index_mu_) EXCLUDES(mu_);
+  // The segment of `w` that the data half writes.
+  static ReservedSegment Reserved(const PendingWrite& w, const PendingSegment& ps);
 
   // --- ScopeHost (flat_store.cc): what the placer calls, under mu_ ---
   bool MediumEnabled(MediaType m) const override;
@@ -152,6 +179,9 @@ class FlatStore final : public Store, private ScopeHost {
   }
   uint32_t AppendScopeSegment(uint32_t id, const Segment& seg) override REQUIRES(mu_);
   void PopScopeSegment(uint32_t id) override REQUIRES(mu_);
+  void AbandonScopeSegment(uint32_t id, uint32_t segment_no) override REQUIRES(mu_) {
+    AbandonSegment(&scopes_[id].segments, segment_no, &scopes_[id].used_bytes);
+  }
   uint64_t ScopeBlocks(uint32_t id) const override REQUIRES(mu_) { return scopes_[id].blocks; }
   uint32_t ScopeReaders(uint32_t id) const override { return scopes_[id].readers(); }
   uint64_t ScopeLastUse(uint32_t id) const override {
@@ -241,6 +271,8 @@ class FlatStore final : public Store, private ScopeHost {
   std::unique_ptr<StagingPool> write_staging_;  // gather buffers of SSD segment writes
   std::unique_ptr<DramArena> dram_;
   std::unique_ptr<SsdFilePool> ssd_;
+  MediaAccess media_access_;               // the data halves' view of dram_, ssd_ and engine_
+  std::unique_ptr<SegmentWriter> writer_;  // the embedded Put's data half
   std::unique_ptr<BlockIndex> index_;
   std::unique_ptr<ScopeSlot[]> scopes_;
   GvaSpace gva_space_;
