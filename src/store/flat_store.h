@@ -34,6 +34,7 @@
 #include "media/ssd_file_pool.h"
 #include "sched/mas_scheduler.h"
 #include "store/data_plan.h"
+#include "store/pinned_read.h"
 #include "store/restore_job.h"
 #include "store/scope.h"
 #include "store/scope_placer.h"
@@ -59,10 +60,8 @@ class FlatStore final : public Store, private ScopeHost {
   // ahead of the rest (io/layered_restore.h).
   static constexpr size_t kSplitRestoreSlices = LayeredRestore::kSplitSlices;
   // A restore delivering at least this many bytes from DRAM copies with streaming stores
-  // (CopyStores): its destination outgrows a core's cache anyway (2 MiB of L2 on the development
-  // VM), and streaming spares reading each destination line before writing it. Smaller ones keep
-  // their bytes in the cache, where the caller may read them next.
-  static constexpr uint64_t kStreamingCopyBytes = 4 * kMiB;
+  // (store/pinned_read.h says why).
+  static constexpr uint64_t kStreamingCopyBytes = PinnedRead::kStreamingCopyBytes;
   Result<std::unique_ptr<RestoreHandle>> Restore(std::span<const Key> keys, const KvLayout& layout,
                                                  const BlockBuffers& dst,
                                                  const RestoreOptions& options = {}) override;
@@ -223,15 +222,13 @@ class FlatStore final : public Store, private ScopeHost {
   void NotifySync(bool journal, uint32_t file = SyncEvent::kAllFiles) EXCLUDES(sync_listener_mu_);
 
   // --- read path (flat_store_read.cc) ---
-  // Looks up every key of a restore and pins the scopes of its hits into `job` (hits, dram_hits,
-  // ssd_hits). InvalidArgument, with nothing pinned, when a hit's layout differs from the job's.
-  Status ResolveHits(std::span<const Key> keys, RestoreJob* job);
-  void UnpinHits(const RestoreJob& job);
-  // Copies the job's DRAM hits into its destination and hashes them (in the same pass).
-  void CopyDramHits(RestoreJob& job);
-  // Appends the slice reads of layers [first, last) of every SSD hit of `job` to `*out`.
-  void BuildSsdSlices(const RestoreJob& job, uint32_t first, uint32_t last,
-                      std::vector<SliceRead>* out) const;
+  // The metadata half of a read: looks up every key and pins the scopes of its hits into *hits
+  // (in key order; a hit whose address does not decode is a miss); *slowest gets their largest
+  // GVA. InvalidArgument, with nothing pinned, when a hit's layout differs from `layout`.
+  Status PinHits(std::span<const Key> keys, const KvLayout& layout, std::vector<PinnedHit>* hits,
+                 Gva* slowest);
+  // Drops the pins of `hits`, marking their scopes used now.
+  void UnpinHits(std::span<const PinnedHit> hits);
   // Starts reading the job's SSD hits; `done` runs once when every read is back.
   void StartSsdReads(const std::shared_ptr<RestoreJob>& job, std::function<void(Status)> done);
   // Verifies, unpins and completes the job with `st` (OK, or the error that failed it).

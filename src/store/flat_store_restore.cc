@@ -210,7 +210,7 @@ void FlatStore::StartPrefetch(uint64_t id, std::function<void(Status)> done) {
   job->admitted_ns = SteadyNowNs();
   // DRAM hits of a mixed request are copied before its SSD reads start, so a layer the reads
   // report is whole.
-  CopyDramHits(*job);
+  job->read->CopyDram(media_access_.dram);
   StartSsdReads(job, std::move(done));
 }
 
@@ -228,7 +228,7 @@ void FlatStore::ServeReady() {
       if (cancelled) {
         st = Status::Aborted("restore cancelled");
       } else {
-        CopyDramHits(*job);
+        job->read->CopyDram(media_access_.dram);
         for (uint32_t l = 0; l < job->layout.num_layers; ++l) job->ReportLayer(l);
       }
     }
@@ -245,21 +245,18 @@ Result<std::unique_ptr<RestoreHandle>> FlatStore::Restore(std::span<const Key> k
   auto job = std::make_shared<RestoreJob>();
   job->layout = layout;
   job->num_keys = keys.size();
-  job->dst_pointers.assign(dst.ptrs.begin(), dst.ptrs.end());
-  job->dst = BlockBuffers{dst.kind, std::span<void* const>(job->dst_pointers)};
   job->on_layer = options.on_layer;
   job->arrival_ns = options.arrival_ns == kArrivalNow ? SteadyNowNs() : options.arrival_ns;
-  FC_RETURN_IF_ERROR(ResolveHits(keys, job.get()));
-
+  std::vector<PinnedHit> hits;
   Gva slowest = 0;
-  for (const RestoreHit& h : job->hits) {
-    if (h.valid) slowest = std::max(slowest, h.entry.gva);
-  }
+  FC_RETURN_IF_ERROR(PinHits(keys, layout, &hits, &slowest));
+  job->read.emplace(layout, dst, std::move(hits), options_.verify_checksums);
+
   (ClassifyRestore(slowest) == RestoreClass::kDramReady ? restores_dram_ : restores_ssd_)
       .fetch_add(1, std::memory_order_relaxed);
   const RestoreRequest request{next_restore_id_.fetch_add(1, std::memory_order_relaxed),
                                job->arrival_ns, slowest,
-                               job->ssd_hits.size() * layout.block_bytes()};
+                               job->read->num_ssd_hits() * layout.block_bytes()};
   job->id = request.id;
   {
     MutexLock lock(jobs_mu_);
