@@ -26,7 +26,15 @@ Result<std::unique_ptr<FlatStore>> FlatStore::OpenWithEngine(const StoreOptions&
                                                              std::unique_ptr<IoEngine> engine) {
   FC_RETURN_IF_ERROR(ValidateStoreOptions(options));
   std::unique_ptr<FlatStore> store(new FlatStore(options, std::move(engine)));
-  FC_RETURN_IF_ERROR(store->Init());
+  FC_RETURN_IF_ERROR(store->Init(/*shared=*/false));
+  return store;
+}
+
+Result<std::unique_ptr<FlatStore>> FlatStore::OpenShared(const StoreOptions& options,
+                                                         std::unique_ptr<IoEngine> engine) {
+  FC_RETURN_IF_ERROR(ValidateStoreOptions(options));
+  std::unique_ptr<FlatStore> store(new FlatStore(options, std::move(engine)));
+  FC_RETURN_IF_ERROR(store->Init(/*shared=*/true));
   return store;
 }
 
@@ -53,7 +61,7 @@ FlatStore::~FlatStore() {
   engine_.reset();
 }
 
-Status FlatStore::Init() {
+Status FlatStore::Init(bool shared) {
   // SSD first: a bad directory should fail before the DRAM arena is mapped and pre-faulted.
   if (!options_.ssd_dirs.empty()) {
     SsdFilePool::Options po;
@@ -71,13 +79,17 @@ Status FlatStore::Init() {
   }
   if (options_.dram_bytes > 0) {
     if (options_.dram_path.empty()) {
-      FC_ASSIGN_OR_RETURN(dram_, DramArena::Create(options_.dram_bytes, options_.huge_pages));
+      FC_ASSIGN_OR_RETURN(dram_,
+                          shared ? DramArena::CreateShared(options_.dram_bytes, options_.huge_pages)
+                                 : DramArena::Create(options_.dram_bytes, options_.huge_pages));
     } else {
       FC_ASSIGN_OR_RETURN(dram_, DramArena::CreateFile(options_.dram_bytes, options_.dram_path,
                                                        options_.recover && !options_.wipe));
     }
     info_.dram_page_mode = dram_->page_mode();
-    info_.dram_backing = dram_->file_backed() ? "file " + options_.dram_path : "anonymous";
+    info_.dram_backing = dram_->file_backed()      ? "file " + options_.dram_path
+                         : dram_->shared_fd() >= 0 ? "memfd (shared)"
+                                                   : "anonymous";
   } else {
     info_.dram_page_mode = "none";
   }
@@ -193,7 +205,15 @@ void FlatStore::MaybeCompactIndex() {
     return;
   }
   if (index_->tombstones() >= cap / 4) {
+    MutexLock lock(leases_mu_);
+    // Compact needs every reservation given up; nothing else runs meanwhile, so the reservations
+    // in force lose nothing by taking their slots again after it.
+    for (auto& [id, w] : writes_) {
+      if (w->lost) continue;
+      for (const BlockIndex::Reservation& r : w->slots) index_->Abort(r);
+    }
     index_->Compact();
+    for (auto& [id, w] : writes_) RetakeSlots(*w);
     index_compactions_.fetch_add(1, std::memory_order_relaxed);
   }
   index_mu_.unlock();

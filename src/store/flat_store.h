@@ -12,6 +12,12 @@
 // the few milliseconds the rebuild needs. Lock order: index_mu_ before mu_. Restores are scheduled
 // by FC-MAS (`sched_`); `jobs_mu_` guards the restores in progress and the dispatcher's work queue
 // (flat_store_restore.cc) and is never held while calling the scheduler, a job or the reader.
+//
+// Each of Put and Restore is a metadata half (reservation and publication; lookup and pins) and a
+// data half (SegmentWriter; PinnedRead: store/data_plan.h). The metadata halves are public too,
+// as leases (flat_store_lease.cc), so that another process can move the bytes itself: the node
+// daemon's clients. `leases_mu_` guards the leases in force; it is taken after index_mu_ (index
+// compaction re-takes the index slots of the reservations in force) and never with mu_ held.
 #pragma once
 
 #include <atomic>
@@ -71,6 +77,56 @@ class FlatStore final : public Store, private ScopeHost {
   StoreInfo GetInfo() const override { return info_; }
   const StoreOptions& options() const override { return options_; }
 
+  // --- leases: the metadata halves, for a process that moves the bytes itself ---
+  // The node daemon serves its clients with these: a client fills a reservation's segments and
+  // reads a pin's hits through its own mapping of the arena and its own descriptors of the pool
+  // files (SegmentWriter, PinnedRead) and tells the store when it is done. Every reservation and
+  // pin has an owner (the daemon's: a connection; any number will do), and ReleaseOwner ends all
+  // of an owner's leases at once, so a client that dies publishes nothing and pins nothing. A
+  // lease id that is not the caller's (unknown, ended, another owner's) is NotFound. Id 0 names
+  // no lease: publishing, aborting or unpinning it is a no-op.
+
+  // A store whose media other processes can reach (shared_media()): without dram_path its DRAM
+  // arena is a memfd (DramArena::CreateShared) instead of an anonymous mapping. Otherwise as
+  // OpenWithEngine.
+  static Result<std::unique_ptr<FlatStore>> OpenShared(const StoreOptions& options,
+                                                       std::unique_ptr<IoEngine> engine = nullptr);
+  // The arena's descriptor and size (dram_fd -1 when it is anonymous: not opened shared) and the
+  // pool's files, for a process that reaches them itself.
+  SharedMedia shared_media() const;
+
+  // Put's first half: marks the keys not already present as being written (concurrent writers
+  // see them as already present, readers miss them) and places them, exactly as Put does; the
+  // reservation names each segment's extent. Nothing of it is visible until PublishWrite. With
+  // every key present, id 0 and nothing held. Errors as Put's (bad layout, no space).
+  Result<WriteReservation> ReserveWrite(uint64_t owner, std::span<const Key> keys,
+                                        const KvLayout& layout, const WriteHints& hints = {})
+      EXCLUDES(index_mu_, mu_, leases_mu_);
+  // Put's second half, once the owner's data half has written every segment of the reservation:
+  // `checksums` has one per entry of its `blocks` (SegmentWriter::WriteAll's). Publishes segment
+  // after segment (a durable medium's commit record, then the index entries) and ends the lease.
+  // On an error (a commit record that cannot be written; InvalidArgument for a wrong number of
+  // checksums, publishing nothing) the segments not yet published are aborted.
+  Status PublishWrite(uint64_t owner, uint64_t reservation, std::span<const uint64_t> checksums)
+      EXCLUDES(index_mu_, mu_, leases_mu_);
+  // Ends a reservation unpublished: its keys are free again, its extents reusable.
+  Status AbortWrite(uint64_t owner, uint64_t reservation) EXCLUDES(index_mu_, mu_, leases_mu_);
+
+  // Restore's first half: looks the keys up and pins the scopes of the hits, exactly as Restore
+  // does, so that their bytes stay put until Unpin. With no hit, id 0 and nothing held.
+  // InvalidArgument, nothing pinned, for a bad layout or a hit stored with another one. Hits and
+  // misses are the reader's to count (the store counts a lease's restore as a get).
+  Result<ReadPin> PinRead(uint64_t owner, std::span<const Key> keys, const KvLayout& layout)
+      EXCLUDES(index_mu_, leases_mu_);
+  Status Unpin(uint64_t owner, uint64_t pin) EXCLUDES(leases_mu_);
+
+  struct ReleasedLeases {
+    uint32_t writes = 0;  // reservations aborted
+    uint32_t pins = 0;    // pins dropped
+  };
+  // Aborts every reservation of `owner` and drops every pin of theirs (a connection closed).
+  ReleasedLeases ReleaseOwner(uint64_t owner) EXCLUDES(index_mu_, mu_, leases_mu_);
+
   IoEngine& engine() { return *engine_; }
   SsdFilePool* ssd_pool() { return ssd_.get(); }
   // Test hook: the DRAM arena's bytes (null without DRAM), for tests that corrupt a stored block.
@@ -112,8 +168,15 @@ class FlatStore final : public Store, private ScopeHost {
         scopes_reclaimed{0};
   };
 
+  // A pin in force (PinRead).
+  struct PinLease {
+    uint64_t owner = 0;
+    std::vector<PinnedHit> hits;
+  };
+
   FlatStore(const StoreOptions& options, std::unique_ptr<IoEngine> engine);
-  Status Init();
+  // `shared`: a DRAM arena other processes can map (OpenShared).
+  Status Init(bool shared);
 
   // A batch write from its placement to its end: the embedded Put's, or a lease's (ReserveWrite).
   // Until FinishWrite its scope is pinned, the index slots of its keys are reserved (other
@@ -275,11 +338,26 @@ class FlatStore final : public Store, private ScopeHost {
   GvaSpace gva_space_;
   StoreInfo info_;
 
-  // Compacts the index when tombstones pile up.
-  void MaybeCompactIndex() EXCLUDES(index_mu_);
+  // Compacts the index when tombstones pile up. The reservations in force keep their slots
+  // (given up before the rebuild and taken again after it).
+  void MaybeCompactIndex() EXCLUDES(index_mu_, leases_mu_);
+  // --- leases (flat_store_lease.cc) ---
+  Result<WriteReservation> ReserveLeased(uint64_t owner, std::span<const Key> keys,
+                                         const KvLayout& layout, const WriteHints& hints)
+      EXCLUDES(index_mu_, mu_, leases_mu_);
+  // Takes reservation `id` of `owner` out of the leases in force; null when it is not theirs.
+  std::unique_ptr<PendingWrite> TakeWrite(uint64_t owner, uint64_t id) EXCLUDES(leases_mu_);
+  // Takes the slots of a reservation in force again after a compaction.
+  void RetakeSlots(PendingWrite& w) REQUIRES(index_mu_);
 
   mutable SharedMutex index_mu_ ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;
+  Mutex leases_mu_ ACQUIRED_AFTER(index_mu_);
+  // Reservations in force, none of them published in part (PublishWrite takes its reservation out
+  // first), and pins in force, by lease id.
+  std::unordered_map<uint64_t, std::unique_ptr<PendingWrite>> writes_ GUARDED_BY(leases_mu_);
+  std::unordered_map<uint64_t, PinLease> pins_ GUARDED_BY(leases_mu_);
+  uint64_t next_lease_ GUARDED_BY(leases_mu_) = 1;
   ScopePlacer placer_ GUARDED_BY(mu_);
   std::vector<uint32_t> free_scopes_ GUARDED_BY(mu_);  // slot ids, LIFO
 
