@@ -120,6 +120,20 @@ class FlatStore final : public Store, private ScopeHost {
       EXCLUDES(index_mu_, leases_mu_);
   Status Unpin(uint64_t owner, uint64_t pin) EXCLUDES(leases_mu_);
 
+  // FC-MAS for a pin whose bytes its owner reads (store/restore_job.h): the pin becomes a restore
+  // request with its slowest GVA and its SSD bytes, arrived at `arrival_ns` (kArrivalNow: now).
+  // `on_admitted` runs once: with OK when the owner may read, before this returns when every hit
+  // is in DRAM (or the window has room), else when FC-MAS admits the request into the read
+  // window; with an error (Aborted) when the pin is unpinned or released, or the store closes,
+  // first. It runs on the caller's thread or one of the store's, must not block and must not call
+  // the store. An admitted owner reads, then calls FinishRead, which gives the window its bytes
+  // back; Unpin and ReleaseOwner do that too. InvalidArgument for a pin already scheduled.
+  Status AdmitRead(uint64_t owner, uint64_t pin, int64_t arrival_ns,
+                   std::function<void(Status)> on_admitted) EXCLUDES(leases_mu_, jobs_mu_);
+  // The owner's reads of pin `pin`, admitted by AdmitRead, are done. The pin stays until Unpin.
+  // InvalidArgument when the pin was not admitted (or finished already).
+  Status FinishRead(uint64_t owner, uint64_t pin) EXCLUDES(leases_mu_, jobs_mu_);
+
   struct ReleasedLeases {
     uint32_t writes = 0;  // reservations aborted
     uint32_t pins = 0;    // pins dropped
@@ -172,6 +186,9 @@ class FlatStore final : public Store, private ScopeHost {
   struct PinLease {
     uint64_t owner = 0;
     std::vector<PinnedHit> hits;
+    Gva slowest_gva = 0;
+    uint64_t ssd_bytes = 0;
+    uint64_t job = 0;  // its remote restore job (AdmitRead), 0 when none
   };
 
   FlatStore(const StoreOptions& options, std::unique_ptr<IoEngine> engine);
@@ -307,6 +324,20 @@ class FlatStore final : public Store, private ScopeHost {
   void ServeReady();
   void DispatchLoop();
   std::shared_ptr<RestoreJob> FindJob(uint64_t id, bool take);
+  // Registers `job` (its id set) and submits `request` for it to FC-MAS, then serves what is
+  // ready. On an error the job is not registered (the caller ends it).
+  Status SubmitJob(const std::shared_ptr<RestoreJob>& job, const RestoreRequest& request)
+      EXCLUDES(jobs_mu_);
+  // AdmitRead's request: `job` (its arrival and on_admitted set) becomes a remote job and is
+  // submitted; on an error nothing is told.
+  Status SubmitRemoteJob(const std::shared_ptr<RestoreJob>& job, Gva slowest_gva,
+                         uint64_t ssd_bytes) EXCLUDES(jobs_mu_);
+  // Ends remote job `id` (its pin is unpinned or released): frees its window share, or takes it
+  // out of the queue; its owner is told Aborted unless it was admitted already.
+  void CancelRemoteJob(uint64_t id) EXCLUDES(jobs_mu_);
+  // The owner of remote job `id` read what it was admitted for: its window share comes back.
+  // InvalidArgument while it waits for admission.
+  Status FinishRemoteJob(uint64_t id) EXCLUDES(jobs_mu_);
 
   Gva MakeGva(MediaType m, uint64_t offset) const { return EncodeGva(m, options_.node_id, offset); }
   // The index entry of block `b` of the segment at `base` (laid out as `sl`) of scope `scope_id`.

@@ -14,6 +14,9 @@
 namespace flatcake {
 namespace {
 
+// PinLease::job while AdmitRead submits its request (no restore id is this large).
+constexpr uint64_t kSubmittingJob = UINT64_MAX;
+
 Status NotTheOwners(const char* what, uint64_t id) {
   return Status::NotFound(std::string(what) + " " + std::to_string(id) +
                           " is not in force for this owner (ended, released, or another's)");
@@ -144,8 +147,65 @@ Result<ReadPin> FlatStore::PinRead(uint64_t owner, std::span<const Key> keys,
   if (pin.hits.empty()) return pin;
   MutexLock lock(leases_mu_);
   pin.id = next_lease_++;
-  pins_.emplace(pin.id, PinLease{owner, pin.hits});
+  pins_.emplace(pin.id, PinLease{owner, pin.hits, pin.slowest_gva, pin.ssd_bytes, 0});
   return pin;
+}
+
+Status FlatStore::AdmitRead(uint64_t owner, uint64_t pin, int64_t arrival_ns,
+                            std::function<void(Status)> on_admitted) {
+  if (pin == 0) {  // nothing to read: admitted at once
+    on_admitted(Status::OK());
+    return Status::OK();
+  }
+  auto job = std::make_shared<RestoreJob>();
+  job->arrival_ns = arrival_ns == kArrivalNow ? SteadyNowNs() : arrival_ns;
+  {
+    MutexLock lock(job->mu);  // uncontended: no other thread knows the job yet
+    job->on_admitted = std::move(on_admitted);
+  }
+  Gva slowest = 0;
+  uint64_t ssd_bytes = 0;
+  {
+    MutexLock lock(leases_mu_);
+    auto it = pins_.find(pin);
+    if (it == pins_.end() || it->second.owner != owner) return NotTheOwners("read pin", pin);
+    if (it->second.job != 0) {
+      return Status::InvalidArgument("read pin " + std::to_string(pin) + " is scheduled already");
+    }
+    slowest = it->second.slowest_gva;
+    ssd_bytes = it->second.ssd_bytes;
+    // Claimed before the request exists, so that an Unpin meanwhile finds it and cancels it.
+    it->second.job = kSubmittingJob;
+  }
+  Status st = SubmitRemoteJob(job, slowest, ssd_bytes);
+  bool released = false;
+  {
+    MutexLock lock(leases_mu_);
+    auto it = pins_.find(pin);
+    released = it == pins_.end();
+    if (!released) it->second.job = st.ok() ? job->id : 0;
+  }
+  // Unpinned while it was being submitted: the request goes again.
+  if (released && st.ok()) CancelRemoteJob(job->id);
+  return st.ok() ? st : st.WithContext("admit read pin " + std::to_string(pin));
+}
+
+Status FlatStore::FinishRead(uint64_t owner, uint64_t pin) {
+  uint64_t job = 0;
+  {
+    MutexLock lock(leases_mu_);
+    auto it = pins_.find(pin);
+    if (it == pins_.end() || it->second.owner != owner) return NotTheOwners("read pin", pin);
+    job = it->second.job;
+    if (job == 0 || job == kSubmittingJob) {
+      return Status::InvalidArgument("read pin " + std::to_string(pin) + " has no read admitted");
+    }
+  }
+  FC_RETURN_IF_ERROR(FinishRemoteJob(job).WithContext("read pin " + std::to_string(pin)));
+  MutexLock lock(leases_mu_);
+  auto it = pins_.find(pin);
+  if (it != pins_.end() && it->second.job == job) it->second.job = 0;
+  return Status::OK();
 }
 
 Status FlatStore::Unpin(uint64_t owner, uint64_t pin) {
@@ -158,6 +218,7 @@ Status FlatStore::Unpin(uint64_t owner, uint64_t pin) {
     lease = std::move(it->second);
     pins_.erase(it);
   }
+  if (lease.job != 0 && lease.job != kSubmittingJob) CancelRemoteJob(lease.job);
   UnpinHits(lease.hits);
   return Status::OK();
 }
@@ -190,7 +251,10 @@ FlatStore::ReleasedLeases FlatStore::ReleaseOwner(uint64_t owner) {
     for (auto& w : writes) FinishWrite(*w);
     out.writes = static_cast<uint32_t>(writes.size());
   }
-  for (const PinLease& p : pins) UnpinHits(p.hits);
+  for (const PinLease& p : pins) {
+    if (p.job != 0 && p.job != kSubmittingJob) CancelRemoteJob(p.job);
+    UnpinHits(p.hits);
+  }
   out.pins = static_cast<uint32_t>(pins.size());
   MaybeCompactIndex();
   return out;

@@ -1,28 +1,29 @@
 // The store's two halves apart (store/data_plan.h): leases of the metadata half (ReserveWrite,
 // PublishWrite, AbortWrite, PinRead, Unpin, ReleaseOwner) served to a data half that reaches the
 // media the way another process does, through its own mapping of the shared arena, its own
-// descriptors of the pool files and its own I/O engine; and the embedded Put and Restore seeing
-// exactly what those leases leave.
+// descriptors of the pool files and its own I/O engine (testing/media_client.h); the embedded
+// Put and Restore seeing exactly what those leases leave; and FC-MAS admitting such a client's
+// reads (AdmitRead, FinishRead) into the same read window as the store's own restores.
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
-#include "io/posix_io_engine.h"
-#include "io/restore_reader.h"
-#include "media/dram_arena.h"
-#include "media/ssd_file_pool.h"
 #include "store/flat_store.h"
 #include "store/pinned_read.h"
 #include "store/segment_writer.h"
-#include "store/staging.h"
+#include "testing/media_client.h"
 #include "testing/store_blocks.h"
 #include "util/block_content.h"
 #include "util/temp_dir.h"
+#include "util/thread_annotations.h"
 
 namespace flatcake {
 namespace {
@@ -37,63 +38,13 @@ WriteHints On(MediaType m) {
   return h;
 }
 
-// The data half of another process: what a client of the node daemon builds from the store's
-// SharedMedia, none of it shared with the store's own objects.
-class Client {
- public:
-  explicit Client(const SharedMedia& media) : geometry_(media.ssd) {
-    auto mapping = SharedArenaMapping::Map(media.dram_fd, media.dram_bytes);
-    EXPECT_TRUE(mapping.ok()) << mapping.status().ToString();
-    if (mapping.ok()) arena_ = std::move(*mapping);
-    auto files = SsdFilePool::OpenFiles(geometry_);
-    EXPECT_TRUE(files.ok()) << files.status().ToString();
-    if (files.ok()) files_ = std::move(*files);
-    EXPECT_TRUE(engine_.RegisterFiles(files_.fds()).ok());
-    auto staging = StagingPool::Create(256 * kKiB, 4);
-    EXPECT_TRUE(staging.ok());
-    staging_ = std::move(*staging);
-    auto reader = RestoreReader::Create(engine_, ReaderOptions{});
-    EXPECT_TRUE(reader.ok());
-    reader_ = std::move(*reader);
-    access_ = MediaAccess{arena_.base(), arena_.size(), &geometry_, &engine_};
-    writer_ = std::make_unique<SegmentWriter>(access_, staging_.get());
-  }
-
-  // Fills every segment of `r` with the blocks of `keys` (the batch it was reserved for).
-  std::vector<uint64_t> Write(const WriteReservation& r, const std::vector<Key>& keys) {
-    HostBlocks src(kLayout, keys.size());
-    src.Fill(keys);
-    std::vector<uint64_t> sums;
-    Status st = writer_->WriteAll(r, src.buffers(), &sums);
-    EXPECT_TRUE(st.ok()) << st.ToString();
-    EXPECT_EQ(sums.size(), r.blocks.size());
-    return sums;
-  }
-
-  // Reads the hits of `pin` into fresh buffers; every found block must hold its bytes.
-  GetResult Read(const ReadPin& pin, const std::vector<Key>& keys) {
-    HostBlocks dst(kLayout, keys.size());
-    PinnedRead read(pin.layout, dst.buffers(), pin.hits, /*verify=*/true);
-    auto r = read.Run(access_, reader_.get(), keys.size());
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (!r.ok()) return {};
-    testing::ExpectFoundBlocksExact(keys, r->found, dst);
-    return *r;
-  }
-
-  uint8_t* arena() { return arena_.base(); }
-  const MediaAccess& access() const { return access_; }
-
- private:
-  SsdPoolGeometry geometry_;
-  SharedArenaMapping arena_;
-  SsdPoolFiles files_;
-  PosixIoEngine engine_;
-  std::unique_ptr<StagingPool> staging_;
-  std::unique_ptr<RestoreReader> reader_;
-  MediaAccess access_;
-  std::unique_ptr<SegmentWriter> writer_;
-};
+void PutEmbedded(FlatStore& s, const std::vector<Key>& keys, MediaType m) {
+  HostBlocks src(kLayout, keys.size());
+  src.Fill(keys);
+  auto r = s.Put(keys, kLayout, src.buffers(), On(m));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->medium, m);
+}
 
 // A store opened shared over a test directory, and a client of it.
 class StoreSplitTest : public ::testing::Test {
@@ -107,7 +58,7 @@ class StoreSplitTest : public ::testing::Test {
     auto r = FlatStore::OpenShared(o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     store_ = std::move(*r);
-    client_ = std::make_unique<Client>(store_->shared_media());
+    client_ = std::make_unique<testing::MediaClient>(store_->shared_media());
   }
   std::vector<uint8_t> Served(const std::vector<Key>& keys) {
     return testing::ServedBlocks(*store_, keys, kLayout);
@@ -121,16 +72,8 @@ class StoreSplitTest : public ::testing::Test {
 
   TempDir dir_;
   std::unique_ptr<FlatStore> store_;
-  std::unique_ptr<Client> client_;
+  std::unique_ptr<testing::MediaClient> client_;
 };
-
-void PutEmbedded(FlatStore& s, const std::vector<Key>& keys, MediaType m) {
-  HostBlocks src(kLayout, keys.size());
-  src.Fill(keys);
-  auto r = s.Put(keys, kLayout, src.buffers(), On(m));
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ASSERT_EQ(r->medium, m);
-}
 
 TEST_F(StoreSplitTest, SharedMediaNameTheArenaAndThePool) {
   const SharedMedia m = store_->shared_media();
@@ -395,6 +338,130 @@ TEST_F(StoreSplitTest, TheDataHalvesRefuseAddressesOutsideTheirMedia) {
   EXPECT_TRUE(read.Check(client_->access()).IsInvalidArgument());
   EXPECT_TRUE(read.Run(client_->access(), nullptr, keys.size()).status().IsInvalidArgument());
   EXPECT_EQ(store_->ReleaseOwner(1).pins, 1u);
+}
+
+// What AdmitRead tells an owner: each admission once, in the order they came.
+class Admissions {
+ public:
+  std::function<void(Status)> For(int pin) {
+    return [this, pin](Status st) {
+      MutexLock lock(mu_);
+      told_.emplace_back(pin, st);
+      cv_.NotifyAll();
+    };
+  }
+  // The statuses told to `pin` so far.
+  std::vector<Status> Of(int pin) {
+    MutexLock lock(mu_);
+    std::vector<Status> out;
+    for (const auto& [p, st] : told_) {
+      if (p == pin) out.push_back(st);
+    }
+    return out;
+  }
+  // Waits (at most 10 s) until `pin` was told something.
+  bool Await(int pin) {
+    MutexLock lock(mu_);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      for (const auto& [p, st] : told_) {
+        if (p == pin) return true;
+      }
+      if (!cv_.WaitUntil(mu_, deadline)) return false;
+    }
+  }
+
+ private:
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<std::pair<int, Status>> told_ GUARDED_BY(mu_);
+};
+
+// FC-MAS for pins whose bytes their owner reads: the read window holds one session's SSD bytes,
+// so a second SSD pin waits until the first one's reads are done.
+class RemoteAdmissionTest : public StoreSplitTest {
+ protected:
+  static constexpr uint64_t kBlocks = 16;
+
+  RemoteAdmissionTest() {
+    StoreOptions o = testing::SmallStoreOptions(dir_.path());
+    o.read_window_bytes = kBlocks * kLayout.block_bytes();
+    Reopen(o);
+    for (uint64_t ns = 20; ns < 23; ++ns) {
+      sessions_.push_back(MakeKeys(ns, 0, kBlocks));
+      PutEmbedded(*store_, sessions_.back(), MediaType::kSsd);
+    }
+    dram_ = MakeKeys(23, 0, 4);
+    PutEmbedded(*store_, dram_, MediaType::kDram);
+  }
+  ReadPin Pin(uint64_t owner, const std::vector<Key>& keys) {
+    auto pin = store_->PinRead(owner, keys, kLayout);
+    EXPECT_TRUE(pin.ok()) << pin.status().ToString();
+    return pin.ok() ? *pin : ReadPin{};
+  }
+
+  std::vector<std::vector<Key>> sessions_;  // on SSD
+  std::vector<Key> dram_;
+  Admissions told_;
+};
+
+TEST_F(RemoteAdmissionTest, SsdPinsWaitForTheWindowAndDramPinsDoNot) {
+  const ReadPin a = Pin(1, sessions_[0]), b = Pin(1, sessions_[1]), d = Pin(1, dram_);
+  ASSERT_TRUE(store_->AdmitRead(1, a.id, kArrivalNow, told_.For(0)).ok());
+  ASSERT_EQ(told_.Of(0).size(), 1u) << "the window was empty: admitted before AdmitRead returned";
+  EXPECT_TRUE(told_.Of(0)[0].ok());
+  ASSERT_TRUE(store_->AdmitRead(1, b.id, kArrivalNow, told_.For(1)).ok());
+  EXPECT_TRUE(store_->AdmitRead(1, b.id, kArrivalNow, told_.For(1)).IsInvalidArgument());
+  EXPECT_TRUE(store_->FinishRead(1, b.id).IsInvalidArgument()) << "not admitted yet";
+  // DRAM-ready: served at once, whatever waits for the window.
+  ASSERT_TRUE(store_->AdmitRead(1, d.id, kArrivalNow, told_.For(2)).ok());
+  ASSERT_EQ(told_.Of(2).size(), 1u);
+  EXPECT_TRUE(told_.Of(2)[0].ok());
+  EXPECT_EQ(client_->Read(d, dram_).hits, dram_.size());
+  EXPECT_TRUE(store_->FinishRead(1, d.id).ok());
+  EXPECT_TRUE(told_.Of(1).empty()) << "the window is full";
+
+  // The first pin's reads are done: the second is admitted.
+  EXPECT_EQ(client_->Read(a, sessions_[0]).hits, kBlocks);
+  ASSERT_TRUE(store_->FinishRead(1, a.id).ok());
+  ASSERT_TRUE(told_.Await(1));
+  EXPECT_TRUE(told_.Of(1)[0].ok());
+  EXPECT_EQ(client_->Read(b, sessions_[1]).hits, kBlocks);
+  ASSERT_TRUE(store_->FinishRead(1, b.id).ok());
+  for (const ReadPin* p : {&a, &b, &d}) EXPECT_TRUE(store_->Unpin(1, p->id).ok());
+  EXPECT_EQ(told_.Of(0).size() + told_.Of(1).size() + told_.Of(2).size(), 3u) << "told once";
+  EXPECT_EQ(store_->GetStats().restore_window_peak_bytes, kBlocks * kLayout.block_bytes());
+}
+
+TEST_F(RemoteAdmissionTest, AGivenUpPinLeavesTheQueueOrGivesItsWindowBack) {
+  const ReadPin a = Pin(1, sessions_[0]), b = Pin(2, sessions_[1]), c = Pin(2, sessions_[2]);
+  ASSERT_TRUE(store_->AdmitRead(1, a.id, kArrivalNow, told_.For(0)).ok());
+  ASSERT_TRUE(store_->AdmitRead(2, b.id, kArrivalNow, told_.For(1)).ok());
+  ASSERT_TRUE(store_->AdmitRead(2, c.id, kArrivalNow, told_.For(2)).ok());
+  // Queued and unpinned: told Aborted, never admitted.
+  ASSERT_TRUE(store_->Unpin(2, b.id).ok());
+  ASSERT_EQ(told_.Of(1).size(), 1u);
+  EXPECT_EQ(told_.Of(1)[0].code(), StatusCode::kAborted);
+  // Admitted, and its owner dies before its reads are done: the window goes to the next one.
+  EXPECT_EQ(store_->ReleaseOwner(1).pins, 1u);
+  ASSERT_TRUE(told_.Await(2));
+  EXPECT_TRUE(told_.Of(2)[0].ok());
+  EXPECT_EQ(client_->Read(c, sessions_[2]).hits, kBlocks);
+  ASSERT_TRUE(store_->FinishRead(2, c.id).ok());
+  EXPECT_TRUE(store_->FinishRead(2, c.id).IsInvalidArgument()) << "finished already";
+  EXPECT_EQ(store_->ReleaseOwner(2).pins, 1u);
+  EXPECT_EQ(told_.Of(0).size(), 1u);
+  EXPECT_EQ(told_.Of(1).size(), 1u);
+}
+
+TEST_F(RemoteAdmissionTest, AClosingStoreEndsRemoteReadsInsteadOfWaitingForThem) {
+  const ReadPin a = Pin(1, sessions_[0]), b = Pin(1, sessions_[1]);
+  ASSERT_TRUE(store_->AdmitRead(1, a.id, kArrivalNow, told_.For(0)).ok());
+  ASSERT_TRUE(store_->AdmitRead(1, b.id, kArrivalNow, told_.For(1)).ok());
+  client_.reset();
+  store_.reset();  // a's reads never finish
+  ASSERT_EQ(told_.Of(1).size(), 1u);
+  EXPECT_EQ(told_.Of(1)[0].code(), StatusCode::kAborted);
 }
 
 }  // namespace
