@@ -38,7 +38,9 @@ class MediaClient {
     auto staging = StagingPool::Create(256 * kKiB, 4);
     EXPECT_TRUE(staging.ok());
     if (staging.ok()) staging_ = std::move(*staging);
-    auto reader = RestoreReader::Create(engine_, ReaderOptions{});
+    ReaderOptions ro;
+    ro.window_bytes = 4 * kMiB;  // ample for test batches, quick to map
+    auto reader = RestoreReader::Create(engine_, ro);
     EXPECT_TRUE(reader.ok());
     if (reader.ok()) reader_ = std::move(*reader);
     access_ = MediaAccess{arena_.base(), arena_.size(), &geometry_, &engine_};
