@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "util/align.h"
 
@@ -123,22 +124,102 @@ Result<std::unique_ptr<DramArena>> DramArena::CreateFile(uint64_t bytes, const s
   const bool hugetlbfs = fstatfs(fd, &fs) == 0 && fs.f_type == 0x958458f6;  // HUGETLBFS_MAGIC
   void* p = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (p == MAP_FAILED) return fail(Status::FromErrno(errno, "mmap DRAM arena file '" + path + "'"));
-  return std::unique_ptr<DramArena>(new DramArena(
-      static_cast<uint8_t*>(p), cap, hugetlbfs ? "hugetlbfs-file" : "shared-file", fd, recovered));
+  return std::unique_ptr<DramArena>(new DramArena(static_cast<uint8_t*>(p), cap,
+                                                  hugetlbfs ? "hugetlbfs-file" : "shared-file", fd,
+                                                  /*persistent=*/true, recovered));
+}
+
+Result<std::unique_ptr<DramArena>> DramArena::CreateShared(uint64_t bytes, HugePageMode mode) {
+  if (bytes == 0) return Status::InvalidArgument("DRAM arena capacity is 0");
+  const uint64_t cap = AlignUp(bytes, kHugePage);
+  // A memfd of `cap` bytes, sealed at that size, mapped shared and populated; null on failure
+  // (*err says why).
+  auto make = [cap](bool hugetlb, Status* err) -> std::unique_ptr<DramArena> {
+    const unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING | (hugetlb ? MFD_HUGETLB : 0u);
+    const int fd = memfd_create("flatcake-dram-arena", flags);
+    if (fd < 0) {
+      *err = Status::FromErrno(errno, "memfd_create DRAM arena");
+      return nullptr;
+    }
+    if (ftruncate(fd, static_cast<off_t>(cap)) != 0) {
+      *err = Status::FromErrno(errno, "size the DRAM arena memfd");
+      close(fd);
+      return nullptr;
+    }
+    // Clients hold the descriptor too: none of them may shrink the arena (the daemon would fault
+    // on its own mapping) or grow it. Kernels without seals on hugetlb memfds keep it unsealed.
+    (void)fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    void* p = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (p == MAP_FAILED) {
+      *err = Status::FromErrno(errno, "mmap the DRAM arena memfd");
+      close(fd);
+      return nullptr;
+    }
+    return std::unique_ptr<DramArena>(
+        new DramArena(static_cast<uint8_t*>(p), cap, hugetlb ? "memfd-hugetlb" : "memfd", fd));
+  };
+  Status err;
+  if (mode == HugePageMode::kAuto || mode == HugePageMode::kHugeTlb) {
+    if (FreeHugeTlbBytes() >= cap) {
+      if (auto arena = make(true, &err)) return arena;
+    }
+    if (mode == HugePageMode::kHugeTlb) {
+      return Status::Unsupported("MFD_HUGETLB arena of " + std::to_string(cap) +
+                                 " bytes failed: not enough reserved huge pages "
+                                 "(see /proc/sys/vm/nr_hugepages)");
+    }
+  }
+  auto arena = make(false, &err);
+  if (!arena) return err;
+  // Shared memory takes transparent huge pages only where shmem_enabled allows; best effort.
+  if (mode != HugePageMode::kNone) (void)madvise(arena->base(), cap, MADV_HUGEPAGE);
+  return arena;
 }
 
 DramArena::DramArena(uint8_t* base, uint64_t capacity, std::string page_mode, int fd,
-                     bool recovered)
+                     bool persistent, bool recovered)
     : base_(base),
       capacity_(capacity),
       page_mode_(std::move(page_mode)),
       fd_(fd),
+      persistent_(persistent),
       recovered_(recovered),
       alloc_(capacity, /*boundary=*/0, kAlignment) {}
 
 DramArena::~DramArena() {
   munmap(base_, capacity_);
-  if (fd_ >= 0) close(fd_);  // releases the flock; the file stays
+  // A file's flock is released (the file stays); a memfd's memory goes with its last holder.
+  if (fd_ >= 0) close(fd_);
+}
+
+Result<SharedArenaMapping> SharedArenaMapping::Map(int fd, uint64_t bytes, bool populate) {
+  if (bytes == 0) return Status::InvalidArgument("a shared DRAM arena of 0 bytes");
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return Status::FromErrno(errno, "stat the shared DRAM arena");
+  if (static_cast<uint64_t>(st.st_size) < bytes) {
+    return Status::InvalidArgument("the shared DRAM arena holds " + std::to_string(st.st_size) +
+                                   " bytes, not the " + std::to_string(bytes) + " expected");
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0),
+                 fd, 0);
+  if (p == MAP_FAILED) return Status::FromErrno(errno, "mmap the shared DRAM arena");
+  return SharedArenaMapping(static_cast<uint8_t*>(p), bytes);
+}
+
+SharedArenaMapping::SharedArenaMapping(SharedArenaMapping&& other) noexcept
+    : base_(std::exchange(other.base_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+SharedArenaMapping& SharedArenaMapping::operator=(SharedArenaMapping&& other) noexcept {
+  if (this != &other) {
+    if (base_) munmap(base_, size_);
+    base_ = std::exchange(other.base_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+SharedArenaMapping::~SharedArenaMapping() {
+  if (base_) munmap(base_, size_);
 }
 
 Result<uint64_t> DramArena::Allocate(uint64_t bytes, uint64_t hint) {

@@ -6,6 +6,11 @@
 // locked with flock) outlives the process: a store that reopens it finds its bytes as it left
 // them (recovered()), and its journal says which are blocks.
 //
+// A shared arena (CreateShared: a memfd, on reserved huge pages when there are enough) lives as
+// long as its descriptor: the node daemon passes shared_fd() to its clients, which map the same
+// bytes with SharedArenaMapping. Its size is sealed, so no client can shrink it under the daemon.
+// A file-backed arena is shared the same way (shared_fd() is its file).
+//
 // Thread safety: Allocate/Free/used() are internally synchronised. base() is immutable.
 #pragma once
 
@@ -31,6 +36,12 @@ class DramArena {
   // zeroed. Busy when another store holds the file.
   static Result<std::unique_ptr<DramArena>> CreateFile(uint64_t bytes, const std::string& path,
                                                        bool keep);
+  // An arena of `bytes` (rounded up to 2 MiB) on a memfd that other processes can map. `mode`:
+  // kAuto and kHugeTlb take reserved huge pages (MFD_HUGETLB) when enough are free, kHugeTlb
+  // fails (Unsupported) otherwise; every other case is a plain memfd, advised for transparent
+  // huge pages unless `mode` is kNone. The memory starts zeroed and is populated before this
+  // returns. Page mode "memfd-hugetlb" or "memfd".
+  static Result<std::unique_ptr<DramArena>> CreateShared(uint64_t bytes, HugePageMode mode);
   ~DramArena();
   DramArena(const DramArena&) = delete;
   DramArena& operator=(const DramArena&) = delete;
@@ -39,8 +50,13 @@ class DramArena {
   uint64_t capacity() const { return capacity_; }
   // "hugetlb", "thp" or "plain".
   const std::string& page_mode() const { return page_mode_; }
-  bool file_backed() const { return fd_ >= 0; }
+  // The arena outlives the process (CreateFile).
+  bool file_backed() const { return persistent_; }
   bool recovered() const { return recovered_; }
+  // The descriptor another process maps the arena through (its capacity() bytes from offset 0):
+  // the memfd of a shared arena, the file of a file-backed one; -1 for an anonymous arena. Owned
+  // by the arena: a receiver dups it (sending it over a socket does).
+  int shared_fd() const { return fd_; }
 
   // Returns the offset of a free range of `bytes` (rounded up to kAlignment): at `hint` when that
   // range is free, else first fit. NoSpace when no free range is large enough.
@@ -55,14 +71,38 @@ class DramArena {
 
  private:
   DramArena(uint8_t* base, uint64_t capacity, std::string page_mode, int fd = -1,
-            bool recovered = false);
+            bool persistent = false, bool recovered = false);
 
   uint8_t* const base_;
   const uint64_t capacity_;
   const std::string page_mode_;
-  const int fd_;  // file-backed arenas: the file, holding the flock
+  const int fd_;  // shared arenas: the memfd; file-backed ones: the file, holding the flock
+  const bool persistent_;
   const bool recovered_;
   ExtentAllocator alloc_;
+};
+
+// Another process's view of a shared or file-backed arena: `bytes` mapped read-write and shared
+// from the descriptor it was handed (DramArena::shared_fd()). Owns the mapping, not the
+// descriptor. Movable; thread-compatible (the bytes are the arena's, synchronised by its owner's
+// protocol: a client writes only extents it reserved and reads only extents it pinned).
+class SharedArenaMapping {
+ public:
+  // Maps `bytes` of `fd` from offset 0. InvalidArgument when the object behind fd is smaller;
+  // `populate` maps every page before returning (MAP_POPULATE) rather than on first touch.
+  static Result<SharedArenaMapping> Map(int fd, uint64_t bytes, bool populate = true);
+  SharedArenaMapping() = default;
+  SharedArenaMapping(SharedArenaMapping&& other) noexcept;
+  SharedArenaMapping& operator=(SharedArenaMapping&& other) noexcept;
+  ~SharedArenaMapping();
+
+  uint8_t* base() const { return base_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  SharedArenaMapping(uint8_t* base, uint64_t size) : base_(base), size_(size) {}
+  uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
 };
 
 }  // namespace flatcake

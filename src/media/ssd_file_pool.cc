@@ -80,10 +80,11 @@ Result<std::unique_ptr<SsdFilePool>> SsdFilePool::Create(const Options& o) {
                                    std::to_string(o.file_bytes) + " bytes)");
   }
   std::unique_ptr<SsdFilePool> pool(new SsdFilePool());
-  pool->file_bytes_ = o.file_bytes;
+  SsdPoolGeometry& geo = pool->geometry_;
+  geo.file_bytes = o.file_bytes;
   pool->durable_ = o.durable;
-  pool->data_offset_ = o.durable ? durable::kSuperblockBytes : 0;
-  const uint64_t physical_bytes = o.file_bytes + pool->data_offset_;
+  geo.data_offset = o.durable ? durable::kSuperblockBytes : 0;
+  const uint64_t physical_bytes = o.file_bytes + geo.data_offset;
 
   // Validate every directory and lock it before creating any file.
   std::vector<uint64_t> files_per_dir(o.dirs.size(), 0);
@@ -123,15 +124,15 @@ Result<std::unique_ptr<SsdFilePool>> SsdFilePool::Create(const Options& o) {
   auto open_file = o.open_file ? o.open_file : [](const char* path, int flags, mode_t mode) {
     return ::open(path, flags, mode);
   };
-  pool->direct_ = o.direct_io != DirectIoMode::kOff;
+  geo.direct = o.direct_io != DirectIoMode::kOff;
   for (uint64_t i = 0; i < nfiles; ++i) {
     const std::string path = FilePath(o.dirs, static_cast<uint32_t>(i));
     const int base_flags = O_CREAT | O_RDWR | O_CLOEXEC;
     int fd = -1;
-    if (pool->direct_) {
+    if (geo.direct) {
       fd = open_file(path.c_str(), base_flags | O_DIRECT, 0644);
       if (fd < 0 && errno == EINVAL && o.direct_io == DirectIoMode::kAuto) {
-        pool->direct_ = false;
+        geo.direct = false;
         pool->note_ = "O_DIRECT refused on '" + path + "'; using buffered I/O for the SSD pool";
         // Files opened so far keep O_DIRECT; clear it so the pool is uniform.
         for (int prev : pool->fds_) fcntl(prev, F_SETFL, fcntl(prev, F_GETFL) & ~O_DIRECT);
@@ -142,7 +143,7 @@ Result<std::unique_ptr<SsdFilePool>> SsdFilePool::Create(const Options& o) {
     if (fd < 0) fd = open_file(path.c_str(), base_flags, 0644);
     if (fd < 0) return Status::FromErrno(errno, "open SSD pool file '" + path + "'");
     pool->fds_.push_back(fd);
-    pool->paths_.push_back(path);
+    geo.paths.push_back(path);
     if (ftruncate(fd, static_cast<off_t>(physical_bytes)) != 0) {
       return Status::FromErrno(errno, "size SSD pool file '" + path + "'");
     }
@@ -223,28 +224,53 @@ Status SsdFilePool::WriteSuperblocks() {
     sb.store_id = store_id_;
     sb.file_index = i;
     sb.num_files = num_files();
-    sb.file_bytes = file_bytes_;
+    sb.file_bytes = geometry_.file_bytes;
     const std::vector<uint8_t> bytes = durable::EncodeSuperblock(sb);
     std::memcpy(buf.data(), bytes.data(), bytes.size());
     if (pwrite(fds_[i], buf.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
-      return Status::FromErrno(errno, "write the superblock of '" + paths_[i] + "'");
+      return Status::FromErrno(errno, "write the superblock of '" + geometry_.paths[i] + "'");
     }
-    if (fdatasync(fds_[i]) != 0) return Status::FromErrno(errno, "fdatasync '" + paths_[i] + "'");
+    if (fdatasync(fds_[i]) != 0)
+      return Status::FromErrno(errno, "fdatasync '" + geometry_.paths[i] + "'");
   }
   return Status::OK();
 }
 
 Status SsdFilePool::SyncData() const {
   for (size_t i = 0; i < fds_.size(); ++i) {
-    if (fdatasync(fds_[i]) != 0) return Status::FromErrno(errno, "fdatasync '" + paths_[i] + "'");
+    if (fdatasync(fds_[i]) != 0)
+      return Status::FromErrno(errno, "fdatasync '" + geometry_.paths[i] + "'");
   }
   return Status::OK();
+}
+
+Result<SsdPoolFiles> SsdFilePool::OpenFiles(const SsdPoolGeometry& geometry) {
+  SsdPoolFiles files;
+  for (const std::string& path : geometry.paths) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | (geometry.direct ? O_DIRECT : 0));
+    if (fd < 0) return Status::FromErrno(errno, "open SSD pool file '" + path + "'");
+    files.fds_.push_back(fd);
+  }
+  return files;
+}
+
+SsdPoolFiles& SsdPoolFiles::operator=(SsdPoolFiles&& other) noexcept {
+  if (this != &other) {
+    for (int fd : fds_) close(fd);
+    fds_ = std::move(other.fds_);
+    other.fds_.clear();
+  }
+  return *this;
+}
+
+SsdPoolFiles::~SsdPoolFiles() {
+  for (int fd : fds_) close(fd);
 }
 
 SsdFilePool::~SsdFilePool() {
   for (int fd : fds_) close(fd);
   if (!durable_) {
-    for (const std::string& p : paths_) unlink(p.c_str());
+    for (const std::string& p : geometry_.paths) unlink(p.c_str());
   }
   for (int fd : lock_fds_) close(fd);  // releases the flock
 }

@@ -31,6 +31,39 @@
 
 namespace flatcake {
 
+// Where an SSD pool's bytes lie, for a process that opens the pool files itself (the node
+// daemon's clients) as well as for the pool: pool offset `o` is byte FileOffset(o) of file
+// FileOf(o). A plain value; the pool's is fixed once it is created.
+struct SsdPoolGeometry {
+  std::vector<std::string> paths;  // file i of the pool at index i
+  uint64_t file_bytes = 0;         // pool bytes per file
+  uint64_t data_offset = 0;        // where a file's pool bytes start (past a superblock)
+  bool direct = false;             // the files are read and written with O_DIRECT
+
+  uint32_t num_files() const { return static_cast<uint32_t>(paths.size()); }
+  uint64_t capacity() const { return file_bytes * paths.size(); }
+  uint32_t FileOf(uint64_t offset) const { return static_cast<uint32_t>(offset / file_bytes); }
+  uint64_t FileOffset(uint64_t offset) const { return data_offset + offset % file_bytes; }
+};
+
+// The pool files opened by a process other than the pool's owner (SsdFilePool::OpenFiles), in
+// pool order, for an IoEngine's RegisterFiles. Closes them when destroyed. Movable.
+class SsdPoolFiles {
+ public:
+  SsdPoolFiles() = default;
+  SsdPoolFiles(SsdPoolFiles&& other) noexcept : fds_(std::move(other.fds_)) { other.fds_.clear(); }
+  SsdPoolFiles& operator=(SsdPoolFiles&& other) noexcept;
+  SsdPoolFiles(const SsdPoolFiles&) = delete;
+  SsdPoolFiles& operator=(const SsdPoolFiles&) = delete;
+  ~SsdPoolFiles();
+
+  const std::vector<int>& fds() const { return fds_; }
+
+ private:
+  friend class SsdFilePool;
+  std::vector<int> fds_;
+};
+
 class SsdFilePool {
  public:
   static constexpr uint64_t kAlignment = 4096;
@@ -61,17 +94,23 @@ class SsdFilePool {
   // lock file's descriptor (closing it releases the lock), or Busy when a store (or fsck) holds
   // the directory.
   static Result<int> LockDirectory(const std::string& dir);
+  // Opens the existing files of the pool `geometry` describes, read-write, with O_DIRECT when the
+  // pool uses it (geometry.direct), without creating, sizing or locking anything: the owner's
+  // pool keeps doing that. NotFound for a missing file.
+  static Result<SsdPoolFiles> OpenFiles(const SsdPoolGeometry& geometry);
   ~SsdFilePool();
   SsdFilePool(const SsdFilePool&) = delete;
   SsdFilePool& operator=(const SsdFilePool&) = delete;
 
   uint32_t num_files() const { return static_cast<uint32_t>(fds_.size()); }
-  uint64_t file_bytes() const { return file_bytes_; }
-  uint64_t capacity() const { return file_bytes_ * fds_.size(); }
+  uint64_t file_bytes() const { return geometry_.file_bytes; }
+  uint64_t capacity() const { return geometry_.capacity(); }
   // Where pool offset `offset` lives: file index and byte offset in that file (past the
   // superblock of a durable pool).
-  uint32_t FileOf(uint64_t offset) const { return static_cast<uint32_t>(offset / file_bytes_); }
-  uint64_t FileOffset(uint64_t offset) const { return data_offset_ + offset % file_bytes_; }
+  uint32_t FileOf(uint64_t offset) const { return geometry_.FileOf(offset); }
+  uint64_t FileOffset(uint64_t offset) const { return geometry_.FileOffset(offset); }
+  // The files, sizes and offsets, for processes that open the files themselves (OpenFiles).
+  const SsdPoolGeometry& geometry() const { return geometry_; }
   bool durable() const { return durable_; }
   // Durable pools: whether the files held this pool (same format, store id and geometry), so the
   // journal is to be replayed; false for a new (or wiped) pool.
@@ -80,8 +119,8 @@ class SsdFilePool {
   // Durable pools: flushes every pool file's data to stable storage (fdatasync).
   Status SyncData() const;
   const std::vector<int>& fds() const { return fds_; }
-  const std::vector<std::string>& paths() const { return paths_; }
-  bool direct() const { return direct_; }
+  const std::vector<std::string>& paths() const { return geometry_.paths; }
+  bool direct() const { return geometry_.direct; }
   // Why buffered I/O is in use, when it is.
   const std::string& note() const { return note_; }
 
@@ -104,15 +143,12 @@ class SsdFilePool {
   Status CheckSuperblocks(const Options& o, uint64_t nfiles);
   Status WriteSuperblocks();
 
-  uint64_t file_bytes_ = 0;
-  uint64_t data_offset_ = 0;
+  SsdPoolGeometry geometry_;
   bool durable_ = false;
   bool recovered_ = false;
   uint64_t store_id_ = 0;
-  bool direct_ = false;
   std::string note_;
   std::vector<int> fds_;
-  std::vector<std::string> paths_;
   std::vector<int> lock_fds_;
   std::unique_ptr<ExtentAllocator> alloc_;
 };

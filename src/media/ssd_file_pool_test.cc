@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "util/temp_dir.h"
 
@@ -35,6 +36,41 @@ TEST(SsdFilePool, PreallocatesFilesRoundRobinOverDirectories) {
     EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, 1 * kMiB) << "fallocated";
   }
   EXPECT_TRUE((*pool)->direct());
+}
+
+TEST(SsdFilePool, AnotherProcessOpensTheFilesFromTheGeometry) {
+  TempDir a, b;
+  SsdFilePool::Options o = PoolOptions({a.path(), b.path()});
+  o.durable = true;  // files start with a superblock: data_offset is past it
+  auto pool = SsdFilePool::Create(o);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  const SsdPoolGeometry& geo = (*pool)->geometry();
+  EXPECT_EQ(geo.paths, (*pool)->paths());
+  EXPECT_EQ(geo.num_files(), 8u);
+  EXPECT_EQ(geo.file_bytes, 1 * kMiB);
+  EXPECT_GT(geo.data_offset, 0u);
+  EXPECT_EQ(geo.FileOf(3 * kMiB + 8192), 3u);
+  EXPECT_EQ(geo.FileOffset(3 * kMiB + 8192), geo.data_offset + 8192);
+
+  // A byte written through the other process's descriptor is the pool's byte.
+  auto files = SsdFilePool::OpenFiles(geo);
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  ASSERT_EQ(files->fds().size(), 8u);
+  const int fd = files->fds()[5];
+  EXPECT_EQ((fcntl(fd, F_GETFL) & O_DIRECT) != 0, geo.direct);
+  alignas(4096) static uint8_t page[4096];
+  std::memset(page, 0xA7, sizeof(page));
+  ASSERT_EQ(pwrite(fd, page, sizeof(page), static_cast<off_t>(geo.data_offset)), 4096);
+  uint8_t got = 0;
+  const int own = ::open(geo.paths[5].c_str(), O_RDONLY);
+  ASSERT_GE(own, 0);
+  ASSERT_EQ(pread(own, &got, 1, static_cast<off_t>(geo.data_offset)), 1);
+  close(own);
+  EXPECT_EQ(got, 0xA7);
+
+  SsdPoolGeometry missing = geo;
+  missing.paths.push_back(a.path() + "/no-such-file");
+  EXPECT_TRUE(SsdFilePool::OpenFiles(missing).status().IsNotFound());
 }
 
 TEST(SsdFilePool, SmallExtentsShareFilesAndNoneSpansTwo) {

@@ -100,7 +100,7 @@ class FlatModel final : public StoreModel {
     Job& job = jobs_[r.idx + 1];
     job.req = r.idx;
     uint32_t n = 0;
-    // Pin each scope once (as the store's ResolveHits does); a hit whose scope cannot be pinned
+    // Pin each scope once (as the store's PinHits does); a hit whose scope cannot be pinned
     // ends the prefix.
     uint32_t last_scope = UINT32_MAX;
     std::vector<SliceRead>& slices = job.slices;

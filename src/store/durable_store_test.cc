@@ -13,6 +13,7 @@
 
 #include "media/durable_format.h"
 #include "store/flat_store.h"
+#include "testing/store_blocks.h"
 #include "util/block_content.h"
 #include "util/temp_dir.h"
 
@@ -21,16 +22,7 @@ namespace {
 
 constexpr KvLayout kLayout{4, 2, 8 * 1024};  // 64 KiB blocks
 
-StoreOptions Options(const std::string& dir) {
-  StoreOptions o;
-  o.dram_bytes = 8 * kMiB;
-  o.ssd_dirs = {dir};
-  o.ssd_bytes = 32 * kMiB;
-  o.ssd_file_bytes = 4 * kMiB;
-  o.max_scopes = 256;
-  o.io_engine = IoEngineKind::kPosix;
-  return o;
-}
+StoreOptions Options(const std::string& dir) { return testing::SmallStoreOptions(dir); }
 
 std::unique_ptr<FlatStore> Open(const StoreOptions& o) {
   auto r = FlatStore::OpenWithEngine(o, nullptr);
@@ -51,20 +43,10 @@ void Put(FlatStore& s, const std::vector<Key>& keys, MediaType m, const std::str
 
 // Per key: served byte-exact (1), missing (0); a served block with wrong bytes fails the test.
 std::vector<uint8_t> Served(FlatStore& s, const std::vector<Key>& keys) {
-  HostBlocks dst(kLayout, keys.size());
-  auto r = s.Get(keys, kLayout, dst.buffers());
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  if (!r.ok()) return {};
-  std::vector<uint8_t> want(kLayout.block_bytes());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!r->found[i]) continue;
-    FillBlock(keys[i], want.data(), want.size());
-    EXPECT_EQ(0, std::memcmp(want.data(), dst.block(i), want.size())) << "wrong bytes, block " << i;
-  }
-  return r->found;
+  return testing::ServedBlocks(s, keys, kLayout);
 }
 
-std::vector<uint8_t> All(size_t n, uint8_t v) { return std::vector<uint8_t>(n, v); }
+std::vector<uint8_t> All(size_t n, uint8_t v) { return testing::AllOf(n, v); }
 
 TEST(DurableStore, ReopenedStoreServesWhatWasPublishedOnSsdOnly) {
   TempDir dir;

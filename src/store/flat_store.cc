@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 
 #include "store/segment_layout.h"
 #include "store/staging.h"
@@ -27,7 +26,15 @@ Result<std::unique_ptr<FlatStore>> FlatStore::OpenWithEngine(const StoreOptions&
                                                              std::unique_ptr<IoEngine> engine) {
   FC_RETURN_IF_ERROR(ValidateStoreOptions(options));
   std::unique_ptr<FlatStore> store(new FlatStore(options, std::move(engine)));
-  FC_RETURN_IF_ERROR(store->Init());
+  FC_RETURN_IF_ERROR(store->Init(/*shared=*/false));
+  return store;
+}
+
+Result<std::unique_ptr<FlatStore>> FlatStore::OpenShared(const StoreOptions& options,
+                                                         std::unique_ptr<IoEngine> engine) {
+  FC_RETURN_IF_ERROR(ValidateStoreOptions(options));
+  std::unique_ptr<FlatStore> store(new FlatStore(options, std::move(engine)));
+  FC_RETURN_IF_ERROR(store->Init(/*shared=*/true));
   return store;
 }
 
@@ -54,7 +61,7 @@ FlatStore::~FlatStore() {
   engine_.reset();
 }
 
-Status FlatStore::Init() {
+Status FlatStore::Init(bool shared) {
   // SSD first: a bad directory should fail before the DRAM arena is mapped and pre-faulted.
   if (!options_.ssd_dirs.empty()) {
     SsdFilePool::Options po;
@@ -72,13 +79,17 @@ Status FlatStore::Init() {
   }
   if (options_.dram_bytes > 0) {
     if (options_.dram_path.empty()) {
-      FC_ASSIGN_OR_RETURN(dram_, DramArena::Create(options_.dram_bytes, options_.huge_pages));
+      FC_ASSIGN_OR_RETURN(dram_,
+                          shared ? DramArena::CreateShared(options_.dram_bytes, options_.huge_pages)
+                                 : DramArena::Create(options_.dram_bytes, options_.huge_pages));
     } else {
       FC_ASSIGN_OR_RETURN(dram_, DramArena::CreateFile(options_.dram_bytes, options_.dram_path,
                                                        options_.recover && !options_.wipe));
     }
     info_.dram_page_mode = dram_->page_mode();
-    info_.dram_backing = dram_->file_backed() ? "file " + options_.dram_path : "anonymous";
+    info_.dram_backing = dram_->file_backed()      ? "file " + options_.dram_path
+                         : dram_->shared_fd() >= 0 ? "memfd (shared)"
+                                                   : "anonymous";
   } else {
     info_.dram_page_mode = "none";
   }
@@ -116,6 +127,13 @@ Status FlatStore::Init() {
     info_.ssd_write_io_bytes = chunk;
     info_.ssd_writes_in_flight = count;
   }
+  if (dram_) {
+    media_access_.dram = dram_->base();
+    media_access_.dram_bytes = dram_->capacity();
+  }
+  if (ssd_) media_access_.ssd = &ssd_->geometry();
+  media_access_.engine = engine_.get();
+  writer_ = std::make_unique<SegmentWriter>(media_access_, write_staging_.get());
 
   uint64_t cap = options_.index_capacity;
   if (cap == 0) {
@@ -187,7 +205,15 @@ void FlatStore::MaybeCompactIndex() {
     return;
   }
   if (index_->tombstones() >= cap / 4) {
+    MutexLock lock(leases_mu_);
+    // Compact needs every reservation given up; nothing else runs meanwhile, so the reservations
+    // in force lose nothing by taking their slots again after it.
+    for (auto& [id, w] : writes_) {
+      if (w->lost) continue;
+      for (const BlockIndex::Reservation& r : w->slots) index_->Abort(r);
+    }
     index_->Compact();
+    for (auto& [id, w] : writes_) RetakeSlots(*w);
     index_compactions_.fetch_add(1, std::memory_order_relaxed);
   }
   index_mu_.unlock();
@@ -201,91 +227,142 @@ Result<PutResult> FlatStore::PutLocked(std::span<const Key> keys, const KvLayout
   PutResult result;
   if (keys.empty()) return result;
 
-  // 1. Reserve every key not already present: reserved keys stay invisible until published.
-  std::vector<uint32_t> todo;
-  std::vector<BlockIndex::Reservation> resv;
-  todo.reserve(keys.size());
-  resv.reserve(keys.size());
+  // 1. Reserve every key not already present (reserved keys stay invisible until published),
+  // then place and allocate; the scope comes back pinned.
+  PendingWrite w;
+  FC_RETURN_IF_ERROR(ReserveBatch(keys, layout, hints, &w));
+  result.already_present = w.already_present;
+  if (w.todo.empty()) return result;
+  const MediaType medium = w.placement.medium;
+
+  // 2. Write each segment (the data half), then publish its entries.
+  Status st;
+  std::vector<uint64_t> checksums;
+  for (const PendingSegment& ps : w.placement.segments) {
+    st = writer_->Write(
+        Reserved(w, ps), layout, src,
+        std::span<const uint32_t>(w.todo).subspan(ps.first_block, ps.seg.num_blocks), &checksums);
+    if (!st.ok()) break;
+    media_[static_cast<int>(medium)].written.fetch_add(ps.seg.bytes, std::memory_order_relaxed);
+    st = PublishNextSegment(w, checksums);
+    if (!st.ok()) break;
+    result.segments++;
+  }
+  const size_t published = w.published < w.placement.segments.size()
+                               ? w.placement.segments[w.published].first_block
+                               : w.todo.size();
+  FinishWrite(w);
+  result.written = static_cast<uint32_t>(published);
+  result.medium = medium;
+  if (!st.ok()) {
+    io_errors_.fetch_add(1, std::memory_order_relaxed);
+    return st.WithContext("put: " + std::to_string(published) + " of " +
+                          std::to_string(w.todo.size()) + " blocks written before the error");
+  }
+  return result;
+}
+
+Status FlatStore::ReserveBatch(std::span<const Key> keys, const KvLayout& layout,
+                               const WriteHints& hints, PendingWrite* w) {
+  w->layout = layout;
+  w->todo.reserve(keys.size());
+  w->slots.reserve(keys.size());
   auto abort_all = [&] {
-    for (auto r : resv) index_->Abort(r);
+    for (auto r : w->slots) index_->Abort(r);
+    w->slots.clear();
+    w->todo.clear();
   };
   for (uint32_t i = 0; i < keys.size(); ++i) {
     BlockIndex::Reservation r;
     switch (index_->Reserve(keys[i], &r)) {
       case BlockIndex::ReserveOutcome::kReserved:
-        todo.push_back(i);
-        resv.push_back(r);
+        w->todo.push_back(i);
+        w->slots.push_back(r);
         break;
-      case BlockIndex::ReserveOutcome::kExists: result.already_present++; break;
+      case BlockIndex::ReserveOutcome::kExists: w->already_present++; break;
       case BlockIndex::ReserveOutcome::kFull:
         abort_all();
         return Status::NoSpace("block index is full (" + std::to_string(index_->capacity()) +
                                " slots); raise index_capacity");
     }
   }
-  blocks_present_.fetch_add(result.already_present, std::memory_order_relaxed);
-  if (todo.empty()) return result;
-
-  // 2. Place and allocate (under the mutex); the scope comes back pinned.
-  Placement placement;
+  blocks_present_.fetch_add(w->already_present, std::memory_order_relaxed);
+  if (w->todo.empty()) return Status::OK();
   Status st;
   {
     MutexLock lock(mu_);
-    st = placer_.PlaceBatch(hints, keys, layout, static_cast<uint32_t>(todo.size()), NowNs(),
-                            &placement);
+    st = placer_.PlaceBatch(hints, keys, layout, static_cast<uint32_t>(w->todo.size()), NowNs(),
+                            &w->placement);
   }
   if (!st.ok()) {
     abort_all();
     return st;
   }
-  const uint32_t scope_id = placement.scope_id;
-  const uint32_t gen = placement.gen;
-  const std::vector<PendingSegment>& segs = placement.segments;
-  ScopeSlot& scope = scopes_[scope_id];
-  const MediaType medium = placement.medium;
+  w->keys.reserve(w->todo.size());
+  for (uint32_t i : w->todo) w->keys.push_back(keys[i]);
+  return Status::OK();
+}
 
-  // 3. Write each segment, then publish its entries.
-  size_t published = 0;
-  std::vector<Key> seg_keys;
-  std::vector<uint64_t> checksums;
-  for (const PendingSegment& ps : segs) {
-    st = WriteSegment(scope, ps, layout, src, todo, &checksums);
-    if (!st.ok()) break;
-    const SegmentLayout seg_layout(layout, ps.seg.num_blocks);
-    seg_keys.clear();
-    for (uint32_t b = 0; b < ps.seg.num_blocks; ++b)
-      seg_keys.push_back(keys[todo[ps.first_block + b]]);
-    if (Durable(medium)) {
-      // The commit record, after the data and before publication: what a restart finds.
-      st = CommitSegment(scope, ps, seg_keys,
-                         std::span<const uint64_t>(checksums).first(ps.seg.num_blocks));
-      if (!st.ok()) break;
-    } else {
-      MutexLock lock(mu_);
-      scope.keys.insert(scope.keys.end(), seg_keys.begin(), seg_keys.end());
-      scope.blocks += ps.seg.num_blocks;
-    }
-    for (uint32_t b = 0; b < ps.seg.num_blocks; ++b) {
-      const uint32_t k = ps.first_block + b;
-      index_->Publish(resv[k], BlockEntry(medium, ps.seg.base, seg_layout, b, checksums[b],
-                                          scope_id, gen, ps.segment_no));
-    }
-    published += ps.seg.num_blocks;
-    media_[static_cast<int>(medium)].admitted.fetch_add(ps.seg.bytes, std::memory_order_relaxed);
-    result.segments++;
+Status FlatStore::PublishNextSegment(PendingWrite& w, std::span<const uint64_t> checksums) {
+  const PendingSegment& ps = w.placement.segments[w.published];
+  const uint32_t scope_id = w.placement.scope_id;
+  const uint32_t gen = w.placement.gen;
+  const MediaType medium = w.placement.medium;
+  ScopeSlot& scope = scopes_[scope_id];
+  const auto seg_keys = std::span<const Key>(w.keys).subspan(ps.first_block, ps.seg.num_blocks);
+  if (Durable(medium)) {
+    // The commit record, after the data and before publication: what a restart finds.
+    FC_RETURN_IF_ERROR(CommitSegment(scope, ps, seg_keys, checksums.first(ps.seg.num_blocks)));
+  } else {
+    MutexLock lock(mu_);
+    scope.keys.insert(scope.keys.end(), seg_keys.begin(), seg_keys.end());
+    scope.blocks += ps.seg.num_blocks;
   }
-  for (size_t k = published; k < resv.size(); ++k) index_->Abort(resv[k]);
+  const SegmentLayout seg_layout(w.layout, ps.seg.num_blocks);
+  for (uint32_t b = 0; b < ps.seg.num_blocks; ++b) {
+    index_->Publish(
+        w.slots[ps.first_block + b],
+        BlockEntry(medium, ps.seg.base, seg_layout, b, checksums[b], scope_id, gen, ps.segment_no));
+  }
+  w.published++;
+  media_[static_cast<int>(medium)].admitted.fetch_add(ps.seg.bytes, std::memory_order_relaxed);
+  blocks_written_.fetch_add(ps.seg.num_blocks, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+void FlatStore::FinishWrite(PendingWrite& w) {
+  if (w.todo.empty()) return;
+  const std::vector<PendingSegment>& segs = w.placement.segments;
+  const uint32_t scope_id = w.placement.scope_id;
+  ScopeSlot& scope = scopes_[scope_id];
   scope.Touch(NowNs());
-  scope.Unpin();
-  result.written = static_cast<uint32_t>(published);
-  result.medium = medium;
-  blocks_written_.fetch_add(published, std::memory_order_relaxed);
-  if (!st.ok()) {
-    io_errors_.fetch_add(1, std::memory_order_relaxed);
-    return st.WithContext("put: " + std::to_string(published) + " of " +
-                          std::to_string(todo.size()) + " blocks written before the error");
+  if (w.published == segs.size()) {
+    scope.Unpin();
+    return;
   }
-  return result;
+  if (!w.lost) {
+    for (size_t k = segs[w.published].first_block; k < w.slots.size(); ++k) {
+      index_->Abort(w.slots[k]);
+    }
+  }
+  MutexLock lock(mu_);
+  // A segment whose commit record went out (its sync failed after) stays the scope's: a restart
+  // may find it, so its extent must not be reused before the scope is freed.
+  std::vector<PendingSegment> abandon;
+  for (size_t n = w.published; n < segs.size(); ++n) {
+    if (scope.segments[segs[n].segment_no].first_key == Segment::kUncommitted) {
+      abandon.push_back(segs[n]);
+    }
+  }
+  placer_.AbandonSegments(scope_id, abandon);
+  scope.Unpin();
+  placer_.ReleaseIfEmpty(scope_id, w.placement.gen);
+}
+
+ReservedSegment FlatStore::Reserved(const PendingWrite& w, const PendingSegment& ps) {
+  const SegmentLayout sl(w.layout, ps.seg.num_blocks);
+  return ReservedSegment{w.placement.medium, ps.seg.base,  ps.seg.num_blocks, sl.PlaneStride(),
+                         sl.LayerStride(),   ps.seg.bytes, ps.first_block};
 }
 
 Result<uint32_t> FlatStore::NewScope(MediaType medium, const KvLayout& layout,
@@ -324,63 +401,6 @@ void FlatStore::PopScopeSegment(uint32_t id) {
   ScopeSlot& s = scopes_[id];
   s.used_bytes -= s.segments.back().bytes;
   s.segments.pop_back();
-}
-
-Status FlatStore::WriteSegment(const ScopeSlot& scope, const PendingSegment& ps,
-                               const KvLayout& layout, const BlockBuffers& src,
-                               std::span<const uint32_t> batch_index,
-                               std::vector<uint64_t>* checksums) {
-  const Segment& seg = ps.seg;
-  SegmentGather gather(layout, seg, src, batch_index.subspan(ps.first_block, seg.num_blocks));
-  MediumCounters& mc = media_[static_cast<int>(scope.medium)];
-  if (scope.medium == MediaType::kDram) {
-    // Streaming stores: the arena's bytes are read only by later restores, and bypassing the
-    // cache spares reading every destination line first.
-    gather.Fill(0, seg.bytes, dram_->base() + seg.base, CopyStores::kStreaming);
-    mc.written.fetch_add(seg.bytes, std::memory_order_relaxed);
-    checksums->assign(gather.checksums().begin(), gather.checksums().end());
-    return Status::OK();
-  }
-  const uint32_t file = ssd_->FileOf(seg.base);
-  const uint64_t file_off = ssd_->FileOffset(seg.base);
-  // The segment in chunks of one staging buffer each, gathered into the borrowed buffers in turn;
-  // each chunk's write goes out at once, so up to loan.size() writes are in flight while the next
-  // chunk is gathered.
-  const uint64_t chunk = write_staging_->buffer_bytes();
-  const uint64_t chunks = (seg.bytes + chunk - 1) / chunk;
-  const StagingPool::Loan loan = write_staging_->Borrow(
-      static_cast<uint32_t>(std::min<uint64_t>(chunks, StagingPool::kMaxBuffers)));
-  IoWaiter waiter;
-  // in_flight[i]: tag of the write that still reads loan[i], if any. Workers may complete writes
-  // out of order, so wait for that very write, not for "all but one".
-  std::optional<uint64_t> in_flight[StagingPool::kMaxBuffers];
-  Status st;
-  uint64_t n = 0;
-  for (uint64_t pos = 0; pos < seg.bytes; pos += chunk, ++n) {
-    const uint64_t len = std::min(chunk, seg.bytes - pos);
-    const auto i = static_cast<uint32_t>(n % loan.size());
-    std::optional<uint64_t>& busy = in_flight[i];
-    if (busy) {
-      st = waiter.WaitFor(*busy);
-      if (!st.ok()) break;
-    }
-    uint8_t* data = loan[i];
-    // Streaming: the device reads the staging buffer from memory, not from this core's cache.
-    gather.Fill(pos, len, data, CopyStores::kStreaming);
-    IoOp op;
-    op.opcode = IoOpcode::kWrite;
-    op.file = file;
-    op.offset = file_off + pos;
-    op.buf = data;
-    op.len = len;
-    busy = waiter.Submit(*engine_, op);
-  }
-  Status all = waiter.WaitAll();
-  if (st.ok()) st = all;
-  if (!st.ok()) return st.WithContext("SSD segment write");
-  mc.written.fetch_add(seg.bytes, std::memory_order_relaxed);
-  checksums->assign(gather.checksums().begin(), gather.checksums().end());
-  return Status::OK();
 }
 
 void FlatStore::ReleaseScope(uint32_t id, uint32_t retired_gen) {

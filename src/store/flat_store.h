@@ -12,6 +12,12 @@
 // the few milliseconds the rebuild needs. Lock order: index_mu_ before mu_. Restores are scheduled
 // by FC-MAS (`sched_`); `jobs_mu_` guards the restores in progress and the dispatcher's work queue
 // (flat_store_restore.cc) and is never held while calling the scheduler, a job or the reader.
+//
+// Each of Put and Restore is a metadata half (reservation and publication; lookup and pins) and a
+// data half (SegmentWriter; PinnedRead: store/data_plan.h). The metadata halves are public too,
+// as leases (flat_store_lease.cc), so that another process can move the bytes itself: the node
+// daemon's clients. `leases_mu_` guards the leases in force; it is taken after index_mu_ (index
+// compaction re-takes the index slots of the reservations in force) and never with mu_ held.
 #pragma once
 
 #include <atomic>
@@ -33,10 +39,13 @@
 #include "media/journal.h"
 #include "media/ssd_file_pool.h"
 #include "sched/mas_scheduler.h"
+#include "store/data_plan.h"
+#include "store/pinned_read.h"
 #include "store/restore_job.h"
 #include "store/scope.h"
 #include "store/scope_placer.h"
 #include "store/segment_layout.h"
+#include "store/segment_writer.h"
 #include "store/staging.h"
 #include "util/thread_annotations.h"
 
@@ -57,10 +66,8 @@ class FlatStore final : public Store, private ScopeHost {
   // ahead of the rest (io/layered_restore.h).
   static constexpr size_t kSplitRestoreSlices = LayeredRestore::kSplitSlices;
   // A restore delivering at least this many bytes from DRAM copies with streaming stores
-  // (CopyStores): its destination outgrows a core's cache anyway (2 MiB of L2 on the development
-  // VM), and streaming spares reading each destination line before writing it. Smaller ones keep
-  // their bytes in the cache, where the caller may read them next.
-  static constexpr uint64_t kStreamingCopyBytes = 4 * kMiB;
+  // (store/pinned_read.h says why).
+  static constexpr uint64_t kStreamingCopyBytes = PinnedRead::kStreamingCopyBytes;
   Result<std::unique_ptr<RestoreHandle>> Restore(std::span<const Key> keys, const KvLayout& layout,
                                                  const BlockBuffers& dst,
                                                  const RestoreOptions& options = {}) override;
@@ -69,6 +76,70 @@ class FlatStore final : public Store, private ScopeHost {
   StoreStats GetStats() const override;
   StoreInfo GetInfo() const override { return info_; }
   const StoreOptions& options() const override { return options_; }
+
+  // --- leases: the metadata halves, for a process that moves the bytes itself ---
+  // The node daemon serves its clients with these: a client fills a reservation's segments and
+  // reads a pin's hits through its own mapping of the arena and its own descriptors of the pool
+  // files (SegmentWriter, PinnedRead) and tells the store when it is done. Every reservation and
+  // pin has an owner (the daemon's: a connection; any number will do), and ReleaseOwner ends all
+  // of an owner's leases at once, so a client that dies publishes nothing and pins nothing. A
+  // lease id that is not the caller's (unknown, ended, another owner's) is NotFound. Id 0 names
+  // no lease: publishing, aborting or unpinning it is a no-op.
+
+  // A store whose media other processes can reach (shared_media()): without dram_path its DRAM
+  // arena is a memfd (DramArena::CreateShared) instead of an anonymous mapping. Otherwise as
+  // OpenWithEngine.
+  static Result<std::unique_ptr<FlatStore>> OpenShared(const StoreOptions& options,
+                                                       std::unique_ptr<IoEngine> engine = nullptr);
+  // The arena's descriptor and size (dram_fd -1 when it is anonymous: not opened shared) and the
+  // pool's files, for a process that reaches them itself.
+  SharedMedia shared_media() const;
+
+  // Put's first half: marks the keys not already present as being written (concurrent writers
+  // see them as already present, readers miss them) and places them, exactly as Put does; the
+  // reservation names each segment's extent. Nothing of it is visible until PublishWrite. With
+  // every key present, id 0 and nothing held. Errors as Put's (bad layout, no space).
+  Result<WriteReservation> ReserveWrite(uint64_t owner, std::span<const Key> keys,
+                                        const KvLayout& layout, const WriteHints& hints = {})
+      EXCLUDES(index_mu_, mu_, leases_mu_);
+  // Put's second half, once the owner's data half has written every segment of the reservation:
+  // `checksums` has one per entry of its `blocks` (SegmentWriter::WriteAll's). Publishes segment
+  // after segment (a durable medium's commit record, then the index entries) and ends the lease.
+  // On an error (a commit record that cannot be written; InvalidArgument for a wrong number of
+  // checksums, publishing nothing) the segments not yet published are aborted.
+  Status PublishWrite(uint64_t owner, uint64_t reservation, std::span<const uint64_t> checksums)
+      EXCLUDES(index_mu_, mu_, leases_mu_);
+  // Ends a reservation unpublished: its keys are free again, its extents reusable.
+  Status AbortWrite(uint64_t owner, uint64_t reservation) EXCLUDES(index_mu_, mu_, leases_mu_);
+
+  // Restore's first half: looks the keys up and pins the scopes of the hits, exactly as Restore
+  // does, so that their bytes stay put until Unpin. With no hit, id 0 and nothing held.
+  // InvalidArgument, nothing pinned, for a bad layout or a hit stored with another one. Hits and
+  // misses are the reader's to count (the store counts a lease's restore as a get).
+  Result<ReadPin> PinRead(uint64_t owner, std::span<const Key> keys, const KvLayout& layout)
+      EXCLUDES(index_mu_, leases_mu_);
+  Status Unpin(uint64_t owner, uint64_t pin) EXCLUDES(leases_mu_);
+
+  // FC-MAS for a pin whose bytes its owner reads (store/restore_job.h): the pin becomes a restore
+  // request with its slowest GVA and its SSD bytes, arrived at `arrival_ns` (kArrivalNow: now).
+  // `on_admitted` runs once: with OK when the owner may read, before this returns when every hit
+  // is in DRAM (or the window has room), else when FC-MAS admits the request into the read
+  // window; with an error (Aborted) when the pin is unpinned or released, or the store closes,
+  // first. It runs on the caller's thread or one of the store's, must not block and must not call
+  // the store. An admitted owner reads, then calls FinishRead, which gives the window its bytes
+  // back; Unpin and ReleaseOwner do that too. InvalidArgument for a pin already scheduled.
+  Status AdmitRead(uint64_t owner, uint64_t pin, int64_t arrival_ns,
+                   std::function<void(Status)> on_admitted) EXCLUDES(leases_mu_, jobs_mu_);
+  // The owner's reads of pin `pin`, admitted by AdmitRead, are done. The pin stays until Unpin.
+  // InvalidArgument when the pin was not admitted (or finished already).
+  Status FinishRead(uint64_t owner, uint64_t pin) EXCLUDES(leases_mu_, jobs_mu_);
+
+  struct ReleasedLeases {
+    uint32_t writes = 0;  // reservations aborted
+    uint32_t pins = 0;    // pins dropped
+  };
+  // Aborts every reservation of `owner` and drops every pin of theirs (a connection closed).
+  ReleasedLeases ReleaseOwner(uint64_t owner) EXCLUDES(index_mu_, mu_, leases_mu_);
 
   IoEngine& engine() { return *engine_; }
   SsdFilePool* ssd_pool() { return ssd_.get(); }
@@ -111,19 +182,54 @@ class FlatStore final : public Store, private ScopeHost {
         scopes_reclaimed{0};
   };
 
+  // A pin in force (PinRead).
+  struct PinLease {
+    uint64_t owner = 0;
+    std::vector<PinnedHit> hits;
+    Gva slowest_gva = 0;
+    uint64_t ssd_bytes = 0;
+    uint64_t job = 0;  // its remote restore job (AdmitRead), 0 when none
+  };
+
   FlatStore(const StoreOptions& options, std::unique_ptr<IoEngine> engine);
-  Status Init();
+  // `shared`: a DRAM arena other processes can map (OpenShared).
+  Status Init(bool shared);
+
+  // A batch write from its placement to its end: the embedded Put's, or a lease's (ReserveWrite).
+  // Until FinishWrite its scope is pinned, the index slots of its keys are reserved (other
+  // writers see the keys as present, readers miss them) and its segments' extents allocated.
+  struct PendingWrite {
+    uint64_t owner = 0;
+    KvLayout layout;
+    Placement placement;                         // medium, scope (pinned), segments
+    std::vector<uint32_t> todo;                  // batch indices of the keys to write
+    std::vector<Key> keys;                       // keys[todo[i]]
+    std::vector<BlockIndex::Reservation> slots;  // per entry of todo
+    uint32_t already_present = 0;
+    size_t published = 0;  // segments published: a prefix of placement.segments
+    // Its slots could not be taken again after an index compaction (never expected): it can
+    // only be aborted.
+    bool lost = false;
+  };
 
   // --- write path (flat_store.cc) ---
   // Takes index_mu_ shared itself (the name predates the lock annotations); Put compacts after.
   Result<PutResult> PutLocked(std::span<const Key> keys, const KvLayout& layout,
                               const BlockBuffers& src, const WriteHints& hints)
       EXCLUDES(index_mu_, mu_);
-  // Gathers and writes one segment; `*checksums` gets its blocks' checksums, computed in the
-  // gather's pass over the source.
-  Status WriteSegment(const ScopeSlot& scope, const PendingSegment& ps, const KvLayout& layout,
-                      const BlockBuffers& src, std::span<const uint32_t> batch_index,
-                      std::vector<uint64_t>* checksums);
+  // Reserves the index slots of the keys not already present (or being written) and places
+  // them (PlaceBatch, under mu_) into *w. On error nothing is held. Counts already present keys.
+  Status ReserveBatch(std::span<const Key> keys, const KvLayout& layout, const WriteHints& hints,
+                      PendingWrite* w) REQUIRES_SHARED(index_mu_) EXCLUDES(mu_);
+  // Segment w.published of `w`, whose data is written and whose blocks' checksums are
+  // `checksums`: its commit record on a durable medium, then its index entries.
+  Status PublishNextSegment(PendingWrite& w, std::span<const uint64_t> checksums)
+      REQUIRES_SHARED(index_mu_) EXCLUDES(mu_);
+  // Ends a write: the slots of its unpublished blocks are given up and their segments abandoned
+  // (extents freed), its scope unpinned, and freed when it holds nothing.
+  void FinishWrite(PendingWrite& w) REQUIRES_SHARED(index_mu_) EXCLUDES(mu_);
+  // The segment of `w` that the data half writes.
+  static ReservedSegment Reserved(const PendingWrite& w, const PendingSegment& ps);
 
   // --- ScopeHost (flat_store.cc): what the placer calls, under mu_ ---
   bool MediumEnabled(MediaType m) const override;
@@ -152,6 +258,9 @@ class FlatStore final : public Store, private ScopeHost {
   }
   uint32_t AppendScopeSegment(uint32_t id, const Segment& seg) override REQUIRES(mu_);
   void PopScopeSegment(uint32_t id) override REQUIRES(mu_);
+  void AbandonScopeSegment(uint32_t id, uint32_t segment_no) override REQUIRES(mu_) {
+    AbandonSegment(&scopes_[id].segments, segment_no, &scopes_[id].used_bytes);
+  }
   uint64_t ScopeBlocks(uint32_t id) const override REQUIRES(mu_) { return scopes_[id].blocks; }
   uint32_t ScopeReaders(uint32_t id) const override { return scopes_[id].readers(); }
   uint64_t ScopeLastUse(uint32_t id) const override {
@@ -193,15 +302,13 @@ class FlatStore final : public Store, private ScopeHost {
   void NotifySync(bool journal, uint32_t file = SyncEvent::kAllFiles) EXCLUDES(sync_listener_mu_);
 
   // --- read path (flat_store_read.cc) ---
-  // Looks up every key of a restore and pins the scopes of its hits into `job` (hits, dram_hits,
-  // ssd_hits). InvalidArgument, with nothing pinned, when a hit's layout differs from the job's.
-  Status ResolveHits(std::span<const Key> keys, RestoreJob* job);
-  void UnpinHits(const RestoreJob& job);
-  // Copies the job's DRAM hits into its destination and hashes them (in the same pass).
-  void CopyDramHits(RestoreJob& job);
-  // Appends the slice reads of layers [first, last) of every SSD hit of `job` to `*out`.
-  void BuildSsdSlices(const RestoreJob& job, uint32_t first, uint32_t last,
-                      std::vector<SliceRead>* out) const;
+  // The metadata half of a read: looks up every key and pins the scopes of its hits into *hits
+  // (in key order; a hit whose address does not decode is a miss); *slowest gets their largest
+  // GVA. InvalidArgument, with nothing pinned, when a hit's layout differs from `layout`.
+  Status PinHits(std::span<const Key> keys, const KvLayout& layout, std::vector<PinnedHit>* hits,
+                 Gva* slowest);
+  // Drops the pins of `hits`, marking their scopes used now.
+  void UnpinHits(std::span<const PinnedHit> hits);
   // Starts reading the job's SSD hits; `done` runs once when every read is back.
   void StartSsdReads(const std::shared_ptr<RestoreJob>& job, std::function<void(Status)> done);
   // Verifies, unpins and completes the job with `st` (OK, or the error that failed it).
@@ -217,6 +324,20 @@ class FlatStore final : public Store, private ScopeHost {
   void ServeReady();
   void DispatchLoop();
   std::shared_ptr<RestoreJob> FindJob(uint64_t id, bool take);
+  // Registers `job` (its id set) and submits `request` for it to FC-MAS, then serves what is
+  // ready. On an error the job is not registered (the caller ends it).
+  Status SubmitJob(const std::shared_ptr<RestoreJob>& job, const RestoreRequest& request)
+      EXCLUDES(jobs_mu_);
+  // AdmitRead's request: `job` (its arrival and on_admitted set) becomes a remote job and is
+  // submitted; on an error nothing is told.
+  Status SubmitRemoteJob(const std::shared_ptr<RestoreJob>& job, Gva slowest_gva,
+                         uint64_t ssd_bytes) EXCLUDES(jobs_mu_);
+  // Ends remote job `id` (its pin is unpinned or released): frees its window share, or takes it
+  // out of the queue; its owner is told Aborted unless it was admitted already.
+  void CancelRemoteJob(uint64_t id) EXCLUDES(jobs_mu_);
+  // The owner of remote job `id` read what it was admitted for: its window share comes back.
+  // InvalidArgument while it waits for admission.
+  Status FinishRemoteJob(uint64_t id) EXCLUDES(jobs_mu_);
 
   Gva MakeGva(MediaType m, uint64_t offset) const { return EncodeGva(m, options_.node_id, offset); }
   // The index entry of block `b` of the segment at `base` (laid out as `sl`) of scope `scope_id`.
@@ -241,16 +362,33 @@ class FlatStore final : public Store, private ScopeHost {
   std::unique_ptr<StagingPool> write_staging_;  // gather buffers of SSD segment writes
   std::unique_ptr<DramArena> dram_;
   std::unique_ptr<SsdFilePool> ssd_;
+  MediaAccess media_access_;               // the data halves' view of dram_, ssd_ and engine_
+  std::unique_ptr<SegmentWriter> writer_;  // the embedded Put's data half
   std::unique_ptr<BlockIndex> index_;
   std::unique_ptr<ScopeSlot[]> scopes_;
   GvaSpace gva_space_;
   StoreInfo info_;
 
-  // Compacts the index when tombstones pile up.
-  void MaybeCompactIndex() EXCLUDES(index_mu_);
+  // Compacts the index when tombstones pile up. The reservations in force keep their slots
+  // (given up before the rebuild and taken again after it).
+  void MaybeCompactIndex() EXCLUDES(index_mu_, leases_mu_);
+  // --- leases (flat_store_lease.cc) ---
+  Result<WriteReservation> ReserveLeased(uint64_t owner, std::span<const Key> keys,
+                                         const KvLayout& layout, const WriteHints& hints)
+      EXCLUDES(index_mu_, mu_, leases_mu_);
+  // Takes reservation `id` of `owner` out of the leases in force; null when it is not theirs.
+  std::unique_ptr<PendingWrite> TakeWrite(uint64_t owner, uint64_t id) EXCLUDES(leases_mu_);
+  // Takes the slots of a reservation in force again after a compaction.
+  void RetakeSlots(PendingWrite& w) REQUIRES(index_mu_);
 
   mutable SharedMutex index_mu_ ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;
+  Mutex leases_mu_ ACQUIRED_AFTER(index_mu_);
+  // Reservations in force, none of them published in part (PublishWrite takes its reservation out
+  // first), and pins in force, by lease id.
+  std::unordered_map<uint64_t, std::unique_ptr<PendingWrite>> writes_ GUARDED_BY(leases_mu_);
+  std::unordered_map<uint64_t, PinLease> pins_ GUARDED_BY(leases_mu_);
+  uint64_t next_lease_ GUARDED_BY(leases_mu_) = 1;
   ScopePlacer placer_ GUARDED_BY(mu_);
   std::vector<uint32_t> free_scopes_ GUARDED_BY(mu_);  // slot ids, LIFO
 

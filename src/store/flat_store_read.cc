@@ -8,7 +8,6 @@
 
 #include "store/flat_store.h"
 #include "store/segment_layout.h"
-#include "util/checksum.h"
 
 namespace flatcake {
 
@@ -45,10 +44,10 @@ LookupResult FlatStore::Lookup(std::span<const Key> keys) {
   return out;
 }
 
-Status FlatStore::ResolveHits(std::span<const Key> keys, RestoreJob* job) {
-  const KvLayout& layout = job->layout;
-  std::vector<RestoreHit>& hits = job->hits;
-  hits.reserve(keys.size());
+Status FlatStore::PinHits(std::span<const Key> keys, const KvLayout& layout,
+                          std::vector<PinnedHit>* hits, Gva* slowest) {
+  hits->reserve(keys.size());
+  *slowest = 0;
   // One batched index lookup for all keys: it overlaps their cache misses.
   std::vector<IndexEntry> entries(keys.size());
   std::unique_ptr<bool[]> in_index(new bool[keys.size()]);
@@ -63,104 +62,32 @@ Status FlatStore::ResolveHits(std::span<const Key> keys, RestoreJob* job) {
       if (!s.TryPin(e.scope_gen)) continue;  // reclaimed: a miss
       if (!(s.layout == layout)) {
         s.Unpin();
-        UnpinHits(*job);
+        UnpinHits(*hits);
+        hits->clear();
         return Status::InvalidArgument("key " + KeyToHex(keys[i]) + " was stored as " +
                                        s.layout.ToString() + " but the read asks for " +
                                        layout.ToString());
       }
-      hits.push_back(RestoreHit{i, e});
+      // A forged or stale address is never dereferenced: it is a miss.
+      auto decoded = gva_space_.Decode(e.gva, layout.slice_bytes);
+      if (!decoded.ok()) {
+        s.Unpin();
+        continue;
+      }
+      hits->push_back(PinnedHit{i, decoded->media, decoded->offset, e.layer_stride, e.checksum,
+                                e.scope_id, e.scope_gen});
+      *slowest = std::max(*slowest, e.gva);
     }
   }  // pinned scopes stay valid without the index
-  // A forged or stale address is never dereferenced.
-  for (uint32_t i = 0; i < hits.size(); ++i) {
-    RestoreHit& h = hits[i];
-    auto decoded = gva_space_.Decode(h.entry.gva, layout.slice_bytes);
-    if (!decoded.ok()) {
-      h.valid = false;
-      continue;
-    }
-    h.offset = decoded->offset;
-    h.plane_stride = h.entry.layer_stride / layout.num_planes;
-    (GvaIsSsd(h.entry.gva) ? job->ssd_hits : job->dram_hits).push_back(i);
-  }
   return Status::OK();
 }
 
-void FlatStore::UnpinHits(const RestoreJob& job) {
-  for (const RestoreHit& h : job.hits) scopes_[h.entry.scope_id].Unpin();
-}
-
-// The copy order follows the destination. Block by block ([layer][plane] within each) writes
-// block-contiguous and per-plane destinations front to back, while the arena's slices of a block
-// lie a plane stride apart (each copy prefetches the next). Into per-slice destinations (SGLang's
-// layer_first: one pool per layer and plane, blocks side by side) layer by layer across the
-// blocks instead: then both sides run front to back, since a segment's blocks also lie side by
-// side in each of its runs.
-void FlatStore::CopyDramHits(RestoreJob& job) {
-  const KvLayout& layout = job.layout;
-  const uint64_t sb = layout.slice_bytes;
-  const uint32_t planes = layout.num_planes;
-  const size_t n_hits = job.dram_hits.size();
-  const CopyStores stores = n_hits * layout.block_bytes() >= kStreamingCopyBytes
-                                ? CopyStores::kStreaming
-                                : CopyStores::kCached;
-  // Hit n's slice of run r = l * planes + p in the arena: runs follow each other a plane stride
-  // apart (SegmentLayout), from the block's (0, 0) slice at h.offset.
-  auto from = [&](size_t n, uint32_t r) {
-    const RestoreHit& h = job.hits[job.dram_hits[n]];
-    return dram_->base() + h.offset + r * h.plane_stride;
-  };
-  // One pass over each byte: the hash is taken from the registers that store it.
-  auto copy = [&](size_t n, uint32_t r, const uint8_t* next) {
-    RestoreHit& h = job.hits[job.dram_hits[n]];
-    uint8_t* to = SliceAddress(job.dst, layout, h.key, r / planes, r % planes);
-    if (options_.verify_checksums) {
-      h.checksum += CopySliceWithChecksum(to, from(n, r), sb, r, stores, next);
-    } else {
-      CopySlice(to, from(n, r), sb, stores, next);
-    }
-  };
-  for (uint32_t i : job.dram_hits) job.hits[i].checksum = 0;
-  const uint32_t runs = layout.num_layers * planes;
-  if (job.dst.kind == BufferKind::kSlicePointers) {
-    for (uint32_t r = 0; r < runs; ++r) {
-      for (size_t n = 0; n < n_hits; ++n) {
-        const uint8_t* next = n + 1 < n_hits ? from(n + 1, r)
-                              : r + 1 < runs ? from(0, r + 1)
-                                             : nullptr;
-        copy(n, r, next);
-      }
-    }
-  } else {
-    for (size_t n = 0; n < n_hits; ++n) {
-      for (uint32_t r = 0; r < runs; ++r) {
-        const uint8_t* next = r + 1 < runs     ? from(n, r + 1)
-                              : n + 1 < n_hits ? from(n + 1, 0)
-                                               : nullptr;
-        copy(n, r, next);
-      }
-    }
-  }
-  // Before the layers are reported and the job completes (both take locks).
-  if (stores == CopyStores::kStreaming) FenceStreamingStores();
-}
-
-void FlatStore::BuildSsdSlices(const RestoreJob& job, uint32_t first, uint32_t last,
-                               std::vector<SliceRead>* out) const {
-  const KvLayout& layout = job.layout;
-  const uint32_t planes = layout.num_planes;
-  out->reserve(out->size() + job.ssd_hits.size() * (last - first) * planes);
-  for (uint32_t j = 0; j < job.ssd_hits.size(); ++j) {
-    const RestoreHit& h = job.hits[job.ssd_hits[j]];
-    const SegmentLayout seg = SegmentLayout::FromLayerStride(layout, h.entry.layer_stride);
-    for (uint32_t l = first; l < last; ++l) {
-      for (uint32_t p = 0; p < planes; ++p) {
-        const uint64_t off = h.offset + seg.RunOffset(l, p);  // h.offset: the (0, 0) slice
-        // tag: which SSD block (index into ssd_hits) and plane, for the slice hash.
-        out->push_back(SliceRead{ssd_->FileOf(off), ssd_->FileOffset(off), layout.slice_bytes,
-                                 SliceAddress(job.dst, layout, h.key, l, p), l, j * planes + p});
-      }
-    }
+void FlatStore::UnpinHits(std::span<const PinnedHit> hits) {
+  const uint64_t now = NowNs();
+  for (const PinnedHit& h : hits) {
+    ScopeSlot& s = scopes_[h.scope_id];
+    s.Touch(now);
+    s.Unpin();
   }
 }
 
@@ -170,32 +97,10 @@ void FlatStore::BuildSsdSlices(const RestoreJob& job, uint32_t first, uint32_t l
 // before this returns when nothing could be started.
 void FlatStore::StartSsdReads(const std::shared_ptr<RestoreJob>& job,
                               std::function<void(Status)> done) {
-  const KvLayout& layout = job->layout;
-  SliceCallback on_slice;
   RestoreJob* const raw = job.get();
-  if (options_.verify_checksums) {
-    job->ssd_sums.reset(new std::atomic<uint64_t>[job->ssd_hits.size()]);
-    for (size_t j = 0; j < job->ssd_hits.size(); ++j) job->ssd_sums[j].store(0);
-    const uint32_t planes = layout.num_planes;
-    // A staged slice is copied out and hashed in one pass; cached stores, since the disk, not
-    // memory, bounds these restores and streaming stores would need a fence per slice here.
-    on_slice = [raw, planes](const SliceRead& s, const uint8_t* bytes, uint8_t* copy_to) {
-      const uint32_t position = s.layer * planes + s.tag % planes;
-      const uint64_t h = copy_to != nullptr ? CopySliceWithChecksum(copy_to, bytes, s.len, position,
-                                                                    CopyStores::kCached)
-                                            : SliceChecksum(bytes, s.len, position);
-      raw->ssd_sums[s.tag / planes].fetch_add(h, std::memory_order_relaxed);
-    };
-  }
-  const uint64_t total = uint64_t{job->ssd_hits.size()} * layout.num_layers * layout.num_planes;
-  auto reads = LayeredRestore::Start(
-      *restore_, total, layout.num_layers,
-      [this, raw](uint32_t first, uint32_t last, std::vector<SliceRead>* out) {
-        BuildSsdSlices(*raw, first, last, out);
-      },
-      [raw](uint32_t l) { raw->ReportLayer(l); }, std::move(on_slice),
-      [job, done = std::move(done)](const Status& st, const ReaderStats& rs) {
-        job->ssd_stats = rs;
+  auto reads = raw->read->StartSsdReads(
+      *restore_, ssd_->geometry(), [raw](uint32_t l) { raw->ReportLayer(l); },
+      [job, done = std::move(done)](const Status& st, const ReaderStats&) {
         job->ssd_done_ns = SteadyNowNs();
         done(st);
       });
@@ -208,38 +113,14 @@ void FlatStore::StartSsdReads(const std::shared_ptr<RestoreJob>& job,
 // Verifies every block, re-validates the pins (they cannot have been lost, but a broken invariant
 // must surface as a miss, never as data), unpins, and fills the result.
 void FlatStore::FinishJob(RestoreJob& job, Status st) {
-  GetResult result;
-  result.found.assign(job.num_keys, 0);
-  if (st.ok() && job.ssd_sums) {
-    // Every slice callback has run (the reader restores are done, which orders their effects
-    // before the prefetch's completion).
-    for (size_t j = 0; j < job.ssd_hits.size(); ++j) {
-      job.hits[job.ssd_hits[j]].checksum = job.ssd_sums[j].load(std::memory_order_relaxed);
-    }
+  const PinnedRead& read = *job.read;
+  const std::vector<PinnedHit>& hits = read.hits();
+  std::vector<uint8_t> pin_valid(hits.size());
+  for (size_t i = 0; i < hits.size(); ++i) {
+    pin_valid[i] = scopes_[hits[i].scope_id].generation() == hits[i].scope_gen;
   }
-  const uint64_t now = NowNs();
-  const uint64_t block_bytes = job.layout.block_bytes();
-  for (const RestoreHit& h : job.hits) {
-    ScopeSlot& s = scopes_[h.entry.scope_id];
-    bool ok = st.ok() && h.valid && s.generation() == h.entry.scope_gen;
-    if (ok && options_.verify_checksums && h.checksum != h.entry.checksum) {
-      ok = false;
-      result.corrupt++;
-    }
-    if (ok) {
-      result.found[h.key] = 1;
-      result.hits++;
-      (GvaIsSsd(h.entry.gva) ? result.bytes_from_ssd : result.bytes_from_dram) += block_bytes;
-    }
-    s.Touch(now);
-    s.Unpin();
-  }
-  while (result.leading_hits < job.num_keys && result.found[result.leading_hits]) {
-    result.leading_hits++;
-  }
-  result.ssd_bytes_read = job.ssd_stats.bytes_read;
-  result.ssd_reads = job.ssd_stats.reads_issued;
-  result.ssd_reads_in_place = job.ssd_stats.direct_reads + job.ssd_stats.vectored_ops;
+  GetResult result = read.Outcome(job.num_keys, st, pin_valid);
+  UnpinHits(hits);
   if (job.admitted_ns >= 0) {
     result.queued_ns = std::max<int64_t>(0, job.admitted_ns - job.arrival_ns);
     result.ssd_read_ns = std::max<int64_t>(0, job.ssd_done_ns - job.admitted_ns);

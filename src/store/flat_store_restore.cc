@@ -9,6 +9,10 @@
 //    there. Building and planning a large restore's slices takes milliseconds; I/O workers only
 //    report completions and never do that work.
 //  - I/O workers land the reads, hash the slices and report layers (restore_job.h).
+//
+// A pin whose owner reads it (AdmitRead: the node daemon's clients) is a request too, a remote
+// job: FC-MAS admits it exactly as it would a restore of the same hits, its owner is told, and
+// its window share comes back when the owner says its reads are done, or gives the pin up.
 #include <chrono>
 #include <memory>
 #include <utility>
@@ -33,6 +37,23 @@ class InlineScope {
   const FlatStore* saved_;
 };
 
+// A remote job's prefetch: its owner reads now, and the prefetch completes (`done`) when the
+// owner is done (FinishRemoteJob) or gives the pin up (CancelRemoteJob).
+void AdmitRemote(RestoreJob& job, std::function<void(Status)> done) {
+  {
+    MutexLock lock(job.mu);
+    if (!job.cancelled) {
+      job.window_done = std::move(done);
+      done = nullptr;
+    }
+  }
+  if (done) {
+    done(Status::Aborted("read pin released"));
+    return;
+  }
+  job.TellAdmitted(Status::OK());
+}
+
 }  // namespace
 
 // --- RestoreJob / FlatRestoreHandle ---
@@ -44,6 +65,27 @@ void RestoreJob::ReportLayer(uint32_t layer) {
   }
   cv.NotifyAll();
   if (on_layer) on_layer(layer);
+}
+
+void RestoreJob::TellAdmitted(const Status& st) {
+  std::function<void(Status)> tell;
+  Status why = st;
+  {
+    MutexLock lock(mu);
+    tell = std::move(on_admitted);
+    on_admitted = nullptr;
+    // An admission that comes after the pin was given up is no admission.
+    if (cancelled && why.ok()) why = Status::Aborted("read pin released");
+  }
+  if (tell) tell(why);
+}
+
+std::function<void(Status)> RestoreJob::CancelRemote() {
+  MutexLock lock(mu);
+  cancelled = true;
+  std::function<void(Status)> done = std::move(window_done);
+  window_done = nullptr;
+  return done;
 }
 
 FlatRestoreHandle::~FlatRestoreHandle() {
@@ -109,6 +151,18 @@ Status FlatStore::StartScheduler() {
 
 void FlatStore::StopScheduler() {
   if (!sched_) return;
+  // A remote read admitted and never finished would hold Shutdown forever: its owner cannot
+  // finish it now.
+  std::vector<std::shared_ptr<RestoreJob>> remote;
+  {
+    MutexLock lock(jobs_mu_);
+    for (auto& [id, job] : jobs_) {
+      if (job->remote) remote.push_back(job);
+    }
+  }
+  for (auto& job : remote) {
+    if (auto done = job->CancelRemote()) done(Status::Aborted("the store is closing"));
+  }
   // No new prefetch starts; those in flight complete (their reads land); what was never served is
   // failed below, so every waiter wakes and every pin is dropped.
   (void)sched_->Shutdown();  // the requests it never served are all in jobs_, failed below
@@ -127,7 +181,14 @@ void FlatStore::StopScheduler() {
     // running then, started the queued ones. Cleared so no task outlives the scheduler.
     prefetch_tasks_.clear();
   }
-  for (auto& [id, job] : left) FinishJob(*job, Status::Aborted("the store is closing"));
+  for (auto& [id, job] : left) {
+    const Status why = Status::Aborted("the store is closing");
+    if (job->remote) {
+      job->TellAdmitted(why);
+    } else {
+      FinishJob(*job, why);
+    }
+  }
 }
 
 void FlatStore::Executor::Prefetch(const RestoreRequest& request,
@@ -200,6 +261,10 @@ void FlatStore::StartPrefetch(uint64_t id, std::function<void(Status)> done) {
     done(Status::NotFound("restore " + std::to_string(id) + " is unknown"));
     return;
   }
+  if (job->remote) {
+    AdmitRemote(*job, std::move(done));
+    return;
+  }
   {
     MutexLock lock(job->mu);
     if (job->cancelled) {
@@ -210,7 +275,7 @@ void FlatStore::StartPrefetch(uint64_t id, std::function<void(Status)> done) {
   job->admitted_ns = SteadyNowNs();
   // DRAM hits of a mixed request are copied before its SSD reads start, so a layer the reads
   // report is whole.
-  CopyDramHits(*job);
+  job->read->CopyDram(media_access_.dram);
   StartSsdReads(job, std::move(done));
 }
 
@@ -219,6 +284,12 @@ void FlatStore::ServeReady() {
     std::shared_ptr<RestoreJob> job = FindJob(ready->request.id, true);
     if (job == nullptr) continue;
     Status st = ready->prefetch_status;
+    if (job->remote) {
+      // DRAM-ready: admitted as it is served. SSD-preparing: told when admitted, unless the
+      // request ended first (Abandon).
+      job->TellAdmitted(st);
+      continue;
+    }
     if (st.ok() && ready->restore_class == RestoreClass::kDramReady) {
       bool cancelled;
       {
@@ -228,7 +299,7 @@ void FlatStore::ServeReady() {
       if (cancelled) {
         st = Status::Aborted("restore cancelled");
       } else {
-        CopyDramHits(*job);
+        job->read->CopyDram(media_access_.dram);
         for (uint32_t l = 0; l < job->layout.num_layers; ++l) job->ReportLayer(l);
       }
     }
@@ -245,35 +316,73 @@ Result<std::unique_ptr<RestoreHandle>> FlatStore::Restore(std::span<const Key> k
   auto job = std::make_shared<RestoreJob>();
   job->layout = layout;
   job->num_keys = keys.size();
-  job->dst_pointers.assign(dst.ptrs.begin(), dst.ptrs.end());
-  job->dst = BlockBuffers{dst.kind, std::span<void* const>(job->dst_pointers)};
   job->on_layer = options.on_layer;
   job->arrival_ns = options.arrival_ns == kArrivalNow ? SteadyNowNs() : options.arrival_ns;
-  FC_RETURN_IF_ERROR(ResolveHits(keys, job.get()));
-
+  std::vector<PinnedHit> hits;
   Gva slowest = 0;
-  for (const RestoreHit& h : job->hits) {
-    if (h.valid) slowest = std::max(slowest, h.entry.gva);
-  }
+  FC_RETURN_IF_ERROR(PinHits(keys, layout, &hits, &slowest));
+  job->read.emplace(layout, dst, std::move(hits), options_.verify_checksums);
+
   (ClassifyRestore(slowest) == RestoreClass::kDramReady ? restores_dram_ : restores_ssd_)
       .fetch_add(1, std::memory_order_relaxed);
   const RestoreRequest request{next_restore_id_.fetch_add(1, std::memory_order_relaxed),
                                job->arrival_ns, slowest,
-                               job->ssd_hits.size() * layout.block_bytes()};
+                               job->read->num_ssd_hits() * layout.block_bytes()};
   job->id = request.id;
+  auto handle = std::make_unique<FlatRestoreHandle>(this, job);
+  if (Status st = SubmitJob(job, request); !st.ok()) {
+    FinishJob(*job, st);
+    return st.WithContext("restore");
+  }
+  return std::unique_ptr<RestoreHandle>(std::move(handle));
+}
+
+Status FlatStore::SubmitJob(const std::shared_ptr<RestoreJob>& job, const RestoreRequest& request) {
   {
     MutexLock lock(jobs_mu_);
     jobs_.emplace(job->id, job);
   }
-  auto handle = std::make_unique<FlatRestoreHandle>(this, job);
   InlineScope inline_scope(this);
   if (Status st = sched_->Submit(request); !st.ok()) {
     FindJob(job->id, true);
-    FinishJob(*job, st);
-    return st.WithContext("restore");
+    return st;
   }
   ServeReady();
-  return std::unique_ptr<RestoreHandle>(std::move(handle));
+  return Status::OK();
+}
+
+Status FlatStore::SubmitRemoteJob(const std::shared_ptr<RestoreJob>& job, Gva slowest_gva,
+                                  uint64_t ssd_bytes) {
+  job->remote = true;
+  job->id = next_restore_id_.fetch_add(1, std::memory_order_relaxed);
+  return SubmitJob(job, RestoreRequest{job->id, job->arrival_ns, slowest_gva, ssd_bytes});
+}
+
+void FlatStore::CancelRemoteJob(uint64_t id) {
+  std::shared_ptr<RestoreJob> job = FindJob(id, false);
+  if (job == nullptr) return;  // served already
+  const Status why = Status::Aborted("read pin released");
+  // Admitted: its window share comes back now. Still queued: it leaves the queue.
+  if (auto done = job->CancelRemote()) {
+    done(why);
+    return;
+  }
+  InlineScope inline_scope(this);
+  if (sched_->Abandon(id, why)) ServeReady();
+}
+
+Status FlatStore::FinishRemoteJob(uint64_t id) {
+  std::shared_ptr<RestoreJob> job = FindJob(id, false);
+  if (job == nullptr) return Status::OK();  // served (a DRAM-ready one is, once admitted)
+  std::function<void(Status)> done;
+  {
+    MutexLock lock(job->mu);
+    done = std::move(job->window_done);
+    job->window_done = nullptr;
+  }
+  if (!done) return Status::InvalidArgument("its read was not admitted yet");
+  done(Status::OK());
+  return Status::OK();
 }
 
 void FlatStore::CancelRestore(const std::shared_ptr<RestoreJob>& job) {

@@ -67,6 +67,9 @@ class PlainScopeHost : public ScopeHost {
   uint64_t ScopeUsedBytes(uint32_t id) const override { return scopes[id].used; }
   uint32_t AppendScopeSegment(uint32_t id, const Segment& seg) override;
   void PopScopeSegment(uint32_t id) override;
+  void AbandonScopeSegment(uint32_t id, uint32_t segment_no) override {
+    AbandonSegment(&scopes[id].segments, segment_no, &scopes[id].used);
+  }
   uint64_t ScopeBlocks(uint32_t id) const override { return scopes[id].blocks; }
   uint32_t ScopeReaders(uint32_t id) const override { return scopes[id].readers; }
   uint64_t ScopeLastUse(uint32_t id) const override { return scopes[id].last_use; }

@@ -47,7 +47,21 @@ struct Segment {
   // Durable scopes that outlived a Clear (pinned by a reader or a put): committed before the
   // Clear record, so gone after a restart; a journal rewrite must not bring it back.
   bool cleared = false;
+  // Reserved for a write that was never published (aborted, or its writer failed): its extent
+  // was freed and is no longer the scope's. Kept only so that later segments keep their numbers.
+  bool abandoned = false;
 };
+
+// Marks segments[n] abandoned, takes its bytes off *used_bytes, and drops the abandoned segments
+// at the end of the list (none of them is named by an index entry or a record). What each
+// ScopeHost's AbandonScopeSegment does to its scope.
+inline void AbandonSegment(std::vector<Segment>* segments, uint32_t n, uint64_t* used_bytes) {
+  Segment& seg = (*segments)[n];
+  if (seg.abandoned) return;
+  seg.abandoned = true;
+  *used_bytes -= seg.bytes;
+  while (!segments->empty() && segments->back().abandoned) segments->pop_back();
+}
 
 class ScopeSlot {
  public:

@@ -130,11 +130,7 @@ Status ScopePlacer::PlaceBatch(const WriteHints& hints, std::span<const Key> key
       return Status::OK();
     }
     segs->resize(before_segs);
-    if (host_.ScopeBlocks(id) == 0 && host_.ScopeSegments(id).empty() &&
-        host_.TryRetireScope(id, s.scope_gen[mi])) {
-      Release(id, s.scope_gen[mi]);
-      s.scope[mi] = kNoScope;
-    }
+    if (ReleaseIfEmpty(id, s.scope_gen[mi])) s.scope[mi] = kNoScope;
     if (!st.IsNoSpace() || medium == MediaType::kSsd || !host_.MediumEnabled(MediaType::kSsd)) {
       return st;
     }
@@ -220,7 +216,9 @@ void ScopePlacer::Release(uint32_t id, uint32_t retired_gen) {
   // scope must not come back).
   host_.ReleaseScope(id, retired_gen);
   const MediaType medium = host_.ScopeMedium(id);
-  for (const Segment& seg : host_.ScopeSegments(id)) host_.FreeExtent(medium, seg.base, seg.bytes);
+  for (const Segment& seg : host_.ScopeSegments(id)) {
+    if (!seg.abandoned) host_.FreeExtent(medium, seg.base, seg.bytes);
+  }
   // Forget the session once none of its scopes is left, so session metadata does not outlive
   // the data (anonymous one-batch sessions would otherwise accumulate forever).
   auto it = sessions_.find(host_.ScopeSession(id));
@@ -231,6 +229,23 @@ void ScopePlacer::Release(uint32_t id, uint32_t retired_gen) {
     if (!SessionAlive(s)) ForgetSession(it);
   }
   host_.RecycleScope(id);
+}
+
+void ScopePlacer::AbandonSegments(uint32_t id, std::span<const PendingSegment> segs) {
+  const MediaType medium = host_.ScopeMedium(id);
+  for (const PendingSegment& ps : segs) {
+    host_.FreeExtent(medium, ps.seg.base, ps.seg.bytes);
+    host_.AbandonScopeSegment(id, ps.segment_no);
+  }
+}
+
+bool ScopePlacer::ReleaseIfEmpty(uint32_t id, uint32_t gen) {
+  if (!host_.ScopeLive(id) || host_.ScopeGeneration(id) != gen || host_.ScopeBlocks(id) != 0 ||
+      !host_.ScopeSegments(id).empty() || !host_.TryRetireScope(id, gen)) {
+    return false;
+  }
+  Release(id, gen);
+  return true;
 }
 
 uint64_t ScopePlacer::Reclaim(MediaType medium, uint64_t target_used, uint32_t keep_scope) {

@@ -71,6 +71,9 @@ class ScopeHost {
   virtual uint32_t AppendScopeSegment(uint32_t id, const Segment& seg) = 0;
   // Drops the scope's last segment (its extent is the caller's to free).
   virtual void PopScopeSegment(uint32_t id) = 0;
+  // Segment `segment_no` will never be published: it is no longer the scope's (its extent is the
+  // caller's to free) nor counted as used (AbandonSegment, store/scope.h).
+  virtual void AbandonScopeSegment(uint32_t id, uint32_t segment_no) = 0;
   virtual uint64_t ScopeBlocks(uint32_t id) const = 0;  // blocks published
   virtual uint32_t ScopeReaders(uint32_t id) const = 0;
   virtual uint64_t ScopeLastUse(uint32_t id) const = 0;
@@ -148,6 +151,15 @@ class ScopePlacer {
   // session left without a live scope is forgotten, unless it is being placed).
   // REQUIRES: TryRetireScope(id, retired_gen) succeeded.
   void Release(uint32_t id, uint32_t retired_gen);
+
+  // A batch PlaceBatch placed in scope `id` will not be published (its write failed, or was
+  // aborted): frees the extents of its segments `segs` and gives them up (AbandonScopeSegment).
+  // REQUIRES: the caller still holds the scope's pin from PlaceBatch.
+  void AbandonSegments(uint32_t id, std::span<const PendingSegment> segs);
+  // Retires and frees scope `id` of generation `gen` when it is live, unpinned and holds nothing
+  // (no block published, no segment): a scope started for a batch that was never written. True
+  // when it was freed.
+  bool ReleaseIfEmpty(uint32_t id, uint32_t gen);
 
   // Forgets every session (the store's Clear, after reclaiming what it could).
   void ForgetSessions();

@@ -308,5 +308,49 @@ TEST_F(ScopePlacerTest, RestoredSessionsChainAndKeepAnonymousNamesUnique) {
   EXPECT_EQ(placer_.num_sessions(), 0u);
 }
 
+TEST_F(ScopePlacerTest, AbandonedBatchesGiveTheirExtentsBackAndKeepTheOthersNumbered) {
+  const WriteHints dram = Forced("s", MediaType::kDram);
+  Place(2, 1, dram, 10);  // published: segment 0
+  std::vector<Key> keys = {KeyFromId(0, 2), KeyFromId(1, 2)};
+  Placement a, b;  // two batches in flight in the same scope: segments 1 and 2
+  ASSERT_TRUE(placer_.PlaceBatch(dram, keys, kLayout, 2, 20, &a).ok());
+  ASSERT_TRUE(placer_.PlaceBatch(dram, keys, kLayout, 3, 30, &b).ok());
+  ASSERT_EQ(a.scope_id, b.scope_id);
+  const uint32_t id = a.scope_id;
+  EXPECT_EQ(host_.Used(MediaType::kDram), 7 * kBlock);
+
+  // The earlier one is abandoned: its extent is free, the later one keeps its number.
+  placer_.AbandonSegments(id, a.segments);
+  EXPECT_EQ(host_.Used(MediaType::kDram), 5 * kBlock);
+  EXPECT_EQ(host_.ScopeUsedBytes(id), 5 * kBlock);
+  ASSERT_EQ(host_.ScopeSegments(id).size(), 3u);
+  EXPECT_TRUE(host_.ScopeSegments(id)[1].abandoned);
+  // Then the later one: both go, and the scope's next segment follows its published one.
+  placer_.AbandonSegments(id, b.segments);
+  EXPECT_EQ(host_.ScopeSegments(id).size(), 1u);
+  EXPECT_EQ(host_.Used(MediaType::kDram), 2 * kBlock);
+  host_.Unpin(id);
+  host_.Unpin(id);
+  EXPECT_FALSE(placer_.ReleaseIfEmpty(id, a.gen)) << "it holds a published block";
+  Placement c = Place(1, 3, dram, 40);
+  EXPECT_EQ(c.segments[0].seg.base, host_.ScopeSegments(id)[0].bytes);
+  // Reclaiming the scope frees what it still owns, once.
+  EXPECT_EQ(placer_.Reclaim(MediaType::kDram, 0, ScopePlacer::kNoScope), 3 * kBlock);
+  EXPECT_EQ(host_.Used(MediaType::kDram), 0u);
+}
+
+TEST_F(ScopePlacerTest, AScopeStartedForAnAbandonedBatchIsFreedWithItsSession) {
+  std::vector<Key> keys = {KeyFromId(0, 9)};
+  Placement p;
+  ASSERT_TRUE(placer_.PlaceBatch(Forced("new", MediaType::kSsd), keys, kLayout, 1, 5, &p).ok());
+  EXPECT_FALSE(placer_.ReleaseIfEmpty(p.scope_id, p.gen)) << "pinned by its writer";
+  placer_.AbandonSegments(p.scope_id, p.segments);
+  host_.Unpin(p.scope_id);
+  EXPECT_TRUE(placer_.ReleaseIfEmpty(p.scope_id, p.gen));
+  EXPECT_FALSE(host_.ScopeLive(p.scope_id));
+  EXPECT_EQ(host_.Used(MediaType::kSsd), 0u);
+  EXPECT_EQ(placer_.FindSession("new"), nullptr);
+}
+
 }  // namespace
 }  // namespace flatcake

@@ -11,7 +11,6 @@
 
 #include "flatcake/layout.h"
 #include "io/io_engine.h"
-#include "store/scope.h"
 #include "store/segment_layout.h"
 #include "util/aligned_buffer.h"
 #include "util/checksum.h"
@@ -150,13 +149,14 @@ class IoWaiter final : public IoCompletionSink {
 // source, by the range that holds its first byte. Not thread-safe (the sums accumulate).
 class SegmentGather {
  public:
-  SegmentGather(const KvLayout& layout, const Segment& seg, const BlockBuffers& src,
+  // A segment of `num_blocks` blocks of `layout`. REQUIRES: blocks.size() == num_blocks.
+  SegmentGather(const KvLayout& layout, uint64_t num_blocks, const BlockBuffers& src,
                 std::span<const uint32_t> blocks)
       : layout_(layout),
-        seg_(layout, seg.num_blocks),
+        seg_(layout, num_blocks),
         src_(src),
         blocks_(blocks),
-        sums_(seg.num_blocks, 0) {}
+        sums_(num_blocks, 0) {}
 
   // Writes segment bytes [pos, pos + len) to dst with `stores` (fenced before it returns).
   void Fill(uint64_t pos, uint64_t len, uint8_t* dst, CopyStores stores) {
