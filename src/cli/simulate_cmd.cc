@@ -84,6 +84,17 @@ void PrintRows(const std::vector<Row>& rows, bool by_context) {
         r.read_amp, r.write_amp, static_cast<unsigned long long>(r.revoked_blocks), r.restore_p50_s,
         r.wall_s);
   }
+  // When the GPU prefix cache serves (nearly) every hit of every policy, the store policies cannot
+  // differ; say so rather than leave a table of equal rows unexplained.
+  const bool hbm_only = rows.size() > 1 && std::all_of(rows.begin(), rows.end(), [](const Row& x) {
+                          return x.r.hit_hbm_pct() >= 0.9 * x.r.hit_rate_pct();
+                        });
+  if (hbm_only) {
+    std::printf(
+        "# note: the GPU prefix cache served at least 90%% of every policy's hits, so the store "
+        "policies cannot differ at these budgets (docs/simulate.md, (A)); --hbm-cache-gb 0 and "
+        "--concurrency N are sensitivity knobs that take it out of the way\n");
+  }
 }
 
 nlohmann::json ToJson(const Row& row, const std::string& workload) {
