@@ -9,6 +9,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -143,7 +144,6 @@ struct TenantGauge {
 
 struct DaemonMetrics::Impl {
   std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
-  std::unique_ptr<prometheus::Exposer> exposer;
   uint16_t port = 0;
 
   // Serialises the cumulative counters' last values and the tenant tables. The series are made
@@ -177,6 +177,24 @@ struct DaemonMetrics::Impl {
   std::map<std::string, std::string, std::less<>> tenant_labels GUARDED_BY(mu);
   TenantGauge tenant_used GUARDED_BY(mu);
   TenantGauge tenant_quota GUARDED_BY(mu);
+  std::function<StoreStats()> store_source GUARDED_BY(mu);
+
+  // The registry as the exposer collects it: the store's snapshot refreshed first.
+  class Collector : public prometheus::Collectable {
+   public:
+    explicit Collector(Impl* impl) : impl_(impl) {}
+    std::vector<prometheus::MetricFamily> Collect() const override {
+      impl_->Refresh();
+      return impl_->registry->Collect();
+    }
+
+   private:
+    Impl* impl_;
+  };
+  // What the exposer collects, and the exposer: last, so that it stops before anything it reads
+  // goes.
+  std::shared_ptr<Collector> collector;
+  std::unique_ptr<prometheus::Exposer> exposer;
 
   Impl() {
     prometheus::Registry& r = *registry;
@@ -259,6 +277,39 @@ struct DaemonMetrics::Impl {
     recovery_seconds = recovery(metric::kRecoverySeconds, "Time recovery took at open, seconds.");
   }
 
+  // DaemonMetrics::Update (metrics.h).
+  void Update(const StoreStats& stats) EXCLUDES(mu) {
+    const MediumStats* media[2] = {&stats.dram, &stats.ssd};
+    MutexLock lock(mu);
+    for (size_t d = 0; d < 2; ++d) {
+      for (size_t i = 0; i < std::size(kMediumGauges); ++i) {
+        medium_gauges[i][d]->Set(static_cast<double>(media[d]->*kMediumGauges[i].field));
+      }
+      for (size_t i = 0; i < std::size(kMediumCounters); ++i) {
+        medium_counters[i][d].Feed(media[d]->*kMediumCounters[i].field);
+      }
+    }
+    for (size_t i = 0; i < std::size(kStoreGauges); ++i) {
+      store_gauges[i]->Set(static_cast<double>(stats.*kStoreGauges[i].field));
+    }
+    for (size_t i = 0; i < std::size(kStoreCounters); ++i) {
+      store_counters[i].Feed(stats.*kStoreCounters[i].field);
+    }
+    for (size_t k = 0; k < std::size(kRestoreKinds); ++k) {
+      restores[k].Feed(stats.*kRestoreFields[k]);
+    }
+  }
+
+  // The store's snapshot from the source, when there is one.
+  void Refresh() EXCLUDES(mu) {
+    std::function<StoreStats()> source;
+    {
+      MutexLock lock(mu);
+      source = store_source;
+    }
+    if (source) Update(source());
+  }
+
   // The label of `tenant`: its own name while there is room, else "(other)".
   std::string TenantLabel(std::string_view tenant) REQUIRES(mu) {
     const auto it = tenant_labels.find(tenant);
@@ -283,7 +334,8 @@ Result<std::unique_ptr<DaemonMetrics>> DaemonMetrics::Create(std::string_view ad
       return Status::IOError("metrics: cannot listen on " + at.ToString() +
                              " (in use, or not an address of this host): " + e.what());
     }
-    impl->exposer->RegisterCollectable(impl->registry);
+    impl->collector = std::make_shared<Impl::Collector>(impl.get());
+    impl->exposer->RegisterCollectable(impl->collector);
     const std::vector<int> ports = impl->exposer->GetListeningPorts();
     impl->port = ports.empty() ? at.port : static_cast<uint16_t>(ports.front());
   }
@@ -296,29 +348,15 @@ DaemonMetrics::~DaemonMetrics() = default;
 uint16_t DaemonMetrics::port() const { return impl_->port; }
 
 std::string DaemonMetrics::Render() const {
+  impl_->Refresh();
   return prometheus::TextSerializer().Serialize(impl_->registry->Collect());
 }
 
-void DaemonMetrics::Update(const StoreStats& stats) {
-  Impl& m = *impl_;
-  const MediumStats* media[2] = {&stats.dram, &stats.ssd};
-  MutexLock lock(m.mu);
-  for (size_t d = 0; d < 2; ++d) {
-    for (size_t i = 0; i < std::size(kMediumGauges); ++i) {
-      m.medium_gauges[i][d]->Set(static_cast<double>(media[d]->*kMediumGauges[i].field));
-    }
-    for (size_t i = 0; i < std::size(kMediumCounters); ++i) {
-      m.medium_counters[i][d].Feed(media[d]->*kMediumCounters[i].field);
-    }
-  }
-  for (size_t i = 0; i < std::size(kStoreGauges); ++i) {
-    m.store_gauges[i]->Set(static_cast<double>(stats.*kStoreGauges[i].field));
-  }
-  for (size_t i = 0; i < std::size(kStoreCounters); ++i) {
-    m.store_counters[i].Feed(stats.*kStoreCounters[i].field);
-  }
-  for (size_t k = 0; k < std::size(kRestoreKinds); ++k)
-    m.restores[k].Feed(stats.*kRestoreFields[k]);
+void DaemonMetrics::Update(const StoreStats& stats) { impl_->Update(stats); }
+
+void DaemonMetrics::SetStoreSource(std::function<StoreStats()> source) {
+  MutexLock lock(impl_->mu);
+  impl_->store_source = std::move(source);
 }
 
 void DaemonMetrics::SetRecovery(const StoreInfo& info) {

@@ -3,8 +3,9 @@
 // lists every metric with its labels and meaning; metrics_test fails when one is missing there.
 //
 // Two sources feed it:
-//  - the store's snapshots: Update(StoreStats) at each scrape or on a timer, SetRecovery(StoreInfo)
-//    once after open. The store's figures are cumulative; those exported as counters (the
+//  - the store's snapshots: Update(StoreStats), or a source SetStoreSource calls at each scrape;
+//    SetRecovery(StoreInfo) once after open. The store's figures are cumulative; those exported as
+//    counters (the
 //    *_total metrics) keep the last value seen and add the difference, so that rate() works and
 //    a counter never goes down. A value below the last one (the store behind the metrics was
 //    replaced) counts in whole as the increment. Levels (capacity, use, live blocks) are gauges.
@@ -26,6 +27,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -148,6 +150,11 @@ class DaemonMetrics {
   // Capacity, use, blocks and scopes per medium; bytes admitted, written, read, delivered and
   // reclaimed; restores by kind; index, journal and error figures.
   void Update(const StoreStats& stats);
+  // Where Update's snapshots can come from: with a source set, each scrape (and Render) calls
+  // it and Update with its result first, so that the store's figures are those of the moment
+  // of the scrape and no timer is needed. It runs on the scraping thread (the endpoint's), so it
+  // must be thread-safe (Store::GetStats is) and must not call this object. Empty: none.
+  void SetStoreSource(std::function<StoreStats()> source);
   // What recovery at open rebuilt (StoreInfo's recovered_* and recovery_seconds).
   void SetRecovery(const StoreInfo& info);
 

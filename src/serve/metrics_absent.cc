@@ -26,6 +26,7 @@ DaemonMetrics::~DaemonMetrics() = default;
 uint16_t DaemonMetrics::port() const { return 0; }
 std::string DaemonMetrics::Render() const { return {}; }
 void DaemonMetrics::Update(const StoreStats&) {}
+void DaemonMetrics::SetStoreSource(std::function<StoreStats()>) {}
 void DaemonMetrics::SetRecovery(const StoreInfo&) {}
 void DaemonMetrics::OnClientConnected(std::string_view) {}
 void DaemonMetrics::OnClientDisconnected(std::string_view) {}

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <regex>
@@ -296,6 +297,37 @@ TEST(DaemonMetricsEndpoint, ServesTheMetricsOverHttp) {
   const Result<HttpResponse> other = HttpGet({"127.0.0.1", m.port()}, "/nothing", 5s);
   ASSERT_TRUE(other.ok());
   EXPECT_EQ(other->status, 404);
+}
+
+// With a store source, each scrape reads a fresh snapshot: no Update calls needed.
+TEST(DaemonMetricsEndpoint, AStoreSourceIsReadAtEachScrape) {
+  if (!DaemonMetrics::Available()) GTEST_SKIP() << "built without prometheus-cpp";
+  Result<std::unique_ptr<DaemonMetrics>> created = DaemonMetrics::Create("127.0.0.1:0");
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  DaemonMetrics& m = **created;
+  std::atomic<uint64_t> calls{0};
+  m.SetStoreSource([&calls] {
+    StoreStats s;
+    s.dram.used_bytes = 1000 * ++calls;
+    s.dram.written_bytes = 10 * calls;
+    return s;
+  });
+  for (uint64_t scrape = 1; scrape <= 2; ++scrape) {
+    const Result<HttpResponse> r = HttpGet({"127.0.0.1", m.port()}, "/metrics", 5s);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const Result<PromText> t = PromText::Parse(r->body);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_EQ(t->Sum(metric::kUsedBytes, {{"medium", "dram"}}), 1000.0 * scrape);
+    EXPECT_EQ(t->Sum(metric::kWrittenBytes, {{"medium", "dram"}}), 10.0 * scrape);
+  }
+  // Render reads it too; an empty source stops that.
+  const Result<PromText> rendered = PromText::Parse(m.Render());
+  ASSERT_TRUE(rendered.ok());
+  EXPECT_EQ(rendered->Sum(metric::kUsedBytes, {{"medium", "dram"}}), 3000);
+  m.SetStoreSource({});
+  const uint64_t before = calls;
+  (void)m.Render();
+  EXPECT_EQ(calls, before);
 }
 
 TEST(DaemonMetricsCreate, RefusesBadAddressesAndABusyPort) {
