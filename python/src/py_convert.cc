@@ -74,24 +74,13 @@ std::string Trim(std::string_view s) {
 // A list of directories, or one string with comma-separated directories (convenient on a
 // command line). Empty entries are dropped.
 std::vector<std::string> DirsFrom(const pyb::handle& value, std::string_view name) {
-  std::vector<std::string> dirs;
-  if (PyUnicode_Check(value.ptr())) {
-    const std::string text = value.cast<std::string>();
-    size_t start = 0;
-    while (start <= text.size()) {
-      size_t end = text.find(',', start);
-      if (end == std::string::npos) end = text.size();
-      std::string dir = Trim(std::string_view(text).substr(start, end - start));
-      if (!dir.empty()) dirs.push_back(std::move(dir));
-      start = end + 1;
-    }
-    return dirs;
-  }
+  if (PyUnicode_Check(value.ptr())) return SplitPathList(value.cast<std::string>());
   if (!PyList_Check(value.ptr()) && !PyTuple_Check(value.ptr())) {
     throw pyb::type_error("option '" + std::string(name) +
                           "' must be a list of directories or a comma-separated string, got " +
                           Describe(value));
   }
+  std::vector<std::string> dirs;
   for (const pyb::handle item : value) {
     std::string dir = Trim(StringFrom(item, name));
     if (!dir.empty()) dirs.push_back(std::move(dir));

@@ -74,6 +74,15 @@ void AddStoreFlags(CLI::App* app, StoreOptions* o) {
   for (const OptionSpec& spec : StoreOptionTable()) AddRowFlag(app, spec, o);
 }
 
+std::vector<std::string> GivenStoreFlags(const CLI::App& app) {
+  std::vector<std::string> given;
+  for (const OptionSpec& spec : StoreOptionTable()) {
+    const CLI::Option* opt = app.get_option_no_throw(std::string(spec.flag));
+    if (opt != nullptr && opt->count() > 0) given.emplace_back(spec.name);
+  }
+  return given;
+}
+
 CLI::Option* AddStoreFlag(CLI::App* app, std::string_view name, IoEngineKind* target) {
   const OptionSpec& spec = *FindStoreOption(name);
   const auto member = std::get<IoEngineKind StoreOptions::*>(spec.member);

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "flatcake/options.h"
 
@@ -13,6 +14,11 @@ namespace flatcake::cli {
 // to `options`: a value is checked against its row as it is parsed, and a rejected one is a
 // command-line error (exit 2). Sizes accept unit suffixes (4K, 256M, 2G, 1GiB).
 void AddStoreFlags(CLI::App* app, StoreOptions* options);
+// The option-table names (StoreOptions fields) of the store flags given on the command line that
+// `app` parsed, in table order: only these should replace values from elsewhere (a config file,
+// serve::ServeOverrides::store_given), since the others hold their defaults. REQUIRES: `app`
+// has the flags of AddStoreFlags.
+std::vector<std::string> GivenStoreFlags(const CLI::App& app);
 // The flag of the store option `name` alone, bound to a field of another struct that carries the
 // same option (the replay's and `bench restore`'s --io-engine).
 CLI::Option* AddStoreFlag(CLI::App* app, std::string_view name, IoEngineKind* target);

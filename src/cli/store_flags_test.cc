@@ -106,6 +106,17 @@ TEST(StoreFlags, ValuesOutsideTheRowAreParseErrors) {
   }
 }
 
+TEST(StoreFlags, GivenFlagsAreTheOnesOnTheCommandLine) {
+  CLI::App app;
+  StoreOptions o;
+  AddStoreFlags(&app, &o);
+  EXPECT_TRUE(GivenStoreFlags(app).empty());
+  // A value equal to the default counts as given: the user said it.
+  app.parse("--io-workers 2 --no-verify --ssd-dir /a --ssd-dir /b --recover=false", false);
+  EXPECT_EQ(GivenStoreFlags(app),
+            (std::vector<std::string>{"ssd_dirs", "io_workers", "verify_checksums", "recover"}));
+}
+
 TEST(StoreFlags, OneRowBoundToAnotherStruct) {
   CLI::App app;
   IoEngineKind engine = IoEngineKind::kPreadv;

@@ -1,5 +1,6 @@
 #include "core/option_table.h"
 
+#include <cctype>
 #include <charconv>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -424,7 +425,10 @@ Status SetOptionFromText(const OptionSpec& spec, std::string_view text, StoreOpt
   const std::string name(spec.name);
   const char* end = text.data() + text.size();
   switch (spec.kind) {
-    case OptionKind::kSize:
+    case OptionKind::kSize: {
+      FC_ASSIGN_OR_RETURN(const uint64_t v, ParseSizeText(text, name));
+      return SetOption(spec, v, options);
+    }
     case OptionKind::kCount: {
       uint64_t v = 0;
       const auto r = std::from_chars(text.data(), end, v);
@@ -449,21 +453,50 @@ Status SetOptionFromText(const OptionSpec& spec, std::string_view text, StoreOpt
                                      "'");
     case OptionKind::kEnum:
     case OptionKind::kPath: return SetOption(spec, std::string(text), options);
-    case OptionKind::kPathList: {
-      std::vector<std::string> dirs;
-      size_t start = 0;
-      while (start <= text.size()) {
-        const size_t comma = std::min(text.find(',', start), text.size());
-        std::string_view dir = text.substr(start, comma - start);
-        while (!dir.empty() && dir.front() == ' ') dir.remove_prefix(1);
-        while (!dir.empty() && dir.back() == ' ') dir.remove_suffix(1);
-        if (!dir.empty()) dirs.emplace_back(dir);
-        start = comma + 1;
-      }
-      return SetOption(spec, std::move(dirs), options);
-    }
+    case OptionKind::kPathList: return SetOption(spec, SplitPathList(text), options);
   }
   return Status::InvalidArgument(name + ": unknown option kind");
+}
+
+Result<uint64_t> ParseSizeText(std::string_view text, std::string_view what) {
+  const auto bad = [&] {
+    return Status::InvalidArgument(std::string(what) +
+                                   " must be a size in bytes (4096, 256MiB, "
+                                   "4G), not '" +
+                                   std::string(text) + "'");
+  };
+  uint64_t v = 0;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (r.ec != std::errc()) return bad();  // no digits, a sign, or past 2^64 - 1
+  std::string unit(text.substr(static_cast<size_t>(r.ptr - text.data())));
+  const size_t first = unit.find_first_not_of(' ');
+  unit.erase(0, first == std::string::npos ? unit.size() : first);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static constexpr std::pair<std::string_view, int> kUnits[] = {
+      {"", 0},     {"b", 0},  {"k", 10},  {"kb", 10},  {"kib", 10}, {"m", 20},  {"mb", 20},
+      {"mib", 20}, {"g", 30}, {"gb", 30}, {"gib", 30}, {"t", 40},   {"tb", 40}, {"tib", 40}};
+  for (const auto& [suffix, shift] : kUnits) {
+    if (unit != suffix) continue;
+    if (shift > 0 && v > (UINT64_MAX >> shift)) return bad();
+    return v << shift;
+  }
+  return bad();
+}
+
+std::vector<std::string> SplitPathList(std::string_view text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    std::string_view entry = text.substr(start, comma - start);
+    while (!entry.empty() && (entry.front() == ' ' || entry.front() == '\t')) {
+      entry.remove_prefix(1);
+    }
+    while (!entry.empty() && (entry.back() == ' ' || entry.back() == '\t')) entry.remove_suffix(1);
+    if (!entry.empty()) out.emplace_back(entry);
+    start = comma + 1;
+  }
+  return out;
 }
 
 std::string RenderOptionTableJson() {

@@ -95,11 +95,19 @@ Status SetOption(const OptionSpec& spec, const OptionValue& value, StoreOptions*
 // The same check without storing.
 Status CheckOption(const OptionSpec& spec, const OptionValue& value);
 
-// Text forms, as the CLI takes them and the docs print them. Sizes print in the largest binary
-// unit that divides them ("256MiB"); parsing takes plain numbers (the CLI converts unit
-// suffixes before), true/false/1/0 for bools, comma-separated path lists.
+// Text forms, as the CLI and the daemon's config file take them and the docs print them. Sizes
+// print in the largest binary unit that divides them ("256MiB") and parse from what
+// ParseSizeText takes, so that a printed value reads back; true/false/1/0 for bools,
+// comma-separated path lists (SplitPathList).
 std::string FormatOption(const OptionSpec& spec, const OptionValue& value);
 Status SetOptionFromText(const OptionSpec& spec, std::string_view text, StoreOptions* options);
+
+// A byte count: digits, then optionally (spaces and) a binary unit, any case: B; K, KB, KiB;
+// M, MB, MiB; G, GB, GiB; T, TB, TiB (all powers of 1024, as the CLI's size flags take them).
+// InvalidArgument, naming `what`, for anything else or a value past 2^64 - 1.
+Result<uint64_t> ParseSizeText(std::string_view text, std::string_view what);
+// "a, b,,c" -> {"a", "b", "c"}: split at commas, spaces and tabs trimmed, empty entries dropped.
+std::vector<std::string> SplitPathList(std::string_view text);
 
 // The rows as one JSON array of objects: name, flag, kind, default (its text form), range, help,
 // and by kind choices / min, max, multiple / flag_clears. `flatcake options --json` prints it;

@@ -7,11 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cctype>
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
+
+#include "testing/param_names.h"
 
 namespace flatcake {
 namespace {
@@ -176,6 +177,33 @@ TEST(OptionTable, TextFormsParse) {
   EXPECT_EQ(OptionRangeText(*FindStoreOption("io_engine")), "auto|uring|preadv|posix");
 }
 
+TEST(OptionTable, SizesTakeBinaryUnitsAndPrintedValuesReadBack) {
+  EXPECT_EQ(*ParseSizeText("4096", "x"), 4096u);
+  EXPECT_EQ(*ParseSizeText("4K", "x"), 4096u);
+  EXPECT_EQ(*ParseSizeText("256MiB", "x"), 256 * kMiB);
+  EXPECT_EQ(*ParseSizeText("2 gb", "x"), 2 * kGiB);
+  EXPECT_EQ(*ParseSizeText("1TiB", "x"), 1024 * kGiB);
+  EXPECT_EQ(*ParseSizeText("16777215T", "x"), uint64_t{16777215} << 40);
+  for (const char* bad :
+       {"", "K", "-1", "+1", "1.5G", "4 KX", "16777216T", "99999999999999999999"}) {
+    const Result<uint64_t> r = ParseSizeText(bad, "dram_bytes");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("dram_bytes"), std::string_view::npos);
+  }
+  // Every size row's default, printed by FormatOption, parses back to itself.
+  const StoreOptions defaults;
+  for (const OptionSpec& spec : StoreOptionTable()) {
+    if (spec.kind != OptionKind::kSize) continue;
+    SCOPED_TRACE(spec.name);
+    StoreOptions o;
+    o.*std::get<uint64_t StoreOptions::*>(spec.member) = 12345;
+    ASSERT_TRUE(SetOptionFromText(spec, FormatOption(spec, GetOption(spec, defaults)), &o).ok());
+    EXPECT_EQ(GetOption(spec, o), GetOption(spec, defaults));
+  }
+  EXPECT_EQ(SplitPathList(" /a ,\t/b c,,"), (std::vector<std::string>{"/a", "/b c"}));
+  EXPECT_TRUE(SplitPathList("").empty());
+}
+
 TEST(OptionTable, EnumNamesRoundTripAndRejectOthers) {
   for (IoEngineKind k :
        {IoEngineKind::kAuto, IoEngineKind::kUring, IoEngineKind::kPreadv, IoEngineKind::kPosix}) {
@@ -247,11 +275,7 @@ TEST_P(OptionTableDocs, MatchesTheGeneratedTable) {
 
 INSTANTIATE_TEST_SUITE_P(Docs, OptionTableDocs, ::testing::Values("README.md", "docs/sglang.md"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           for (char& c : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return name;
+                           return testing::TestNameFrom(info.param);
                          });
 
 }  // namespace

@@ -10,44 +10,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <optional>
 #include <utility>
+
+#include "serve/poll_wait.h"
 
 namespace flatcake::serve {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// When a call's timeout runs out; none for kNoTimeout (any negative timeout).
-class Deadline {
- public:
-  explicit Deadline(std::chrono::milliseconds timeout) {
-    if (timeout.count() >= 0) at_ = Clock::now() + timeout;
-  }
-
-  // The wait poll() may make now: -1 for no deadline, else the milliseconds left, rounded up so
-  // that a wait never ends just short of the deadline and spins.
-  int PollMs() const {
-    if (!at_) return -1;
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(*at_ - Clock::now()).count();
-    return static_cast<int>(std::clamp<int64_t>(left, 0, INT32_MAX));
-  }
-
- private:
-  std::optional<Clock::time_point> at_;
-};
-
-// Waits until `fd` is ready for `events` (or has hung up: the next call reports that).
-Status WaitReady(int fd, short events, const Deadline& deadline, const char* what) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, deadline.PollMs());
-    if (n > 0) return Status::OK();
-    if (n == 0) return Status::DeadlineExceeded(std::string("timed out ") + what);
-    if (errno != EINTR) return Status::FromErrno(errno, std::string("poll ") + what);
-  }
-}
 
 Result<sockaddr_un> SocketAddress(const std::string& path) {
   sockaddr_un addr{};

@@ -1,0 +1,29 @@
+// The daemon's commands in a build without the serve library (CMake found no protobuf or no
+// toml++): each is still listed, and says why it cannot run.
+#include <cstdio>
+
+#include "cli/commands.h"
+
+namespace flatcake::cli {
+namespace {
+
+void RegisterAbsent(CLI::App& app, const char* name, const char* description, int* exit_code) {
+  CLI::App* cmd = app.add_subcommand(name, description);
+  cmd->allow_extras();
+  cmd->callback([name, exit_code] {
+    std::fprintf(stderr,
+                 "flatcake %s: not built: this flatcake was built without the daemon "
+                 "(install libprotobuf-dev, protobuf-compiler and libtomlplusplus-dev, and "
+                 "rebuild)\n",
+                 name);
+    *exit_code = 1;
+  });
+}
+
+}  // namespace
+
+void RegisterStatsCommand(CLI::App& app, int* exit_code) {
+  RegisterAbsent(app, "stats", "Print a running daemon's metrics (not built)", exit_code);
+}
+
+}  // namespace flatcake::cli
