@@ -23,8 +23,9 @@ endfunction()
 
 # flatcake_component([EXCLUDE file.cc ...]): adds every *.cc in the calling directory, except
 # *_test.cc and the EXCLUDEd files, to the library of its component (flatcake_store for those in
-# FLATCAKE_STORE_COMPONENTS, else flatcake_eval); each *_test.cc becomes its own test binary linked
-# against that library. Tests whose name ends in _stress_test get the label "stress"; a longer
+# FLATCAKE_STORE_COMPONENTS, flatcake_eval for FLATCAKE_EVAL_COMPONENTS, flatcake_serve for
+# FLATCAKE_SERVE_COMPONENTS); each *_test.cc becomes its own test binary linked against that
+# library. Tests whose name ends in _stress_test get the label "stress"; a longer
 # timeout applies to them.
 function(flatcake_component)
   cmake_parse_arguments(ARG "" "" "EXCLUDE" ${ARGN})
@@ -33,8 +34,10 @@ function(flatcake_component)
     set(library flatcake_store)
   elseif(component IN_LIST FLATCAKE_EVAL_COMPONENTS)
     set(library flatcake_eval)
+  elseif(component IN_LIST FLATCAKE_SERVE_COMPONENTS)
+    set(library flatcake_serve)
   else()
-    message(FATAL_ERROR "component '${component}' is in neither library's list (CMakeLists.txt)")
+    message(FATAL_ERROR "component '${component}' is in no library's list (CMakeLists.txt)")
   endif()
   file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
   file(GLOB tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cc)

@@ -5,7 +5,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
   liburing-dev libxxhash-dev libzstd-dev zlib1g-dev
-  libcli11-dev nlohmann-json3-dev libtbb-dev
+  libcli11-dev nlohmann-json3-dev libtbb-dev libprotobuf-dev protobuf-compiler
   pybind11-dev python3-dev python3-torch python3-numpy python3-pytest
   clang clang-format clang-tidy gnuplot-nox
 )

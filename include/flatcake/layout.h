@@ -30,7 +30,13 @@ struct KvLayout {
   std::string ToString() const;
 };
 
-// Non-zero dimensions, at most 4096 layers, 16 planes, slices of at most 1 GiB.
+// The largest layout ValidateKvLayout accepts.
+inline constexpr uint32_t kMaxKvLayers = 4096;
+inline constexpr uint32_t kMaxKvPlanes = 16;
+inline constexpr uint64_t kMaxSliceBytes = uint64_t{1} << 30;  // 1 GiB
+
+// Non-zero dimensions, at most kMaxKvLayers layers, kMaxKvPlanes planes and slices of at most
+// kMaxSliceBytes.
 Status ValidateKvLayout(const KvLayout& layout);
 
 enum class BufferKind : uint8_t {

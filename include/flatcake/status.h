@@ -16,14 +16,16 @@ namespace flatcake {
 
 enum class StatusCode : uint8_t {
   kOk = 0,
-  kNotFound,         // a key, file or scope that does not exist
-  kCorruption,       // a checksum mismatch or a malformed record
-  kInvalidArgument,  // the caller's input is wrong (layout, buffer, option, GVA)
-  kIOError,          // the operating system reported an I/O failure (EIO and friends)
-  kNoSpace,          // a medium, pool or table is full (ENOSPC)
-  kBusy,             // a resource is pinned or in use; retry later
-  kUnsupported,      // the platform or filesystem lacks a feature
-  kAborted,          // the operation was cancelled
+  kNotFound,          // a key, file or scope that does not exist
+  kCorruption,        // a checksum mismatch or a malformed record
+  kInvalidArgument,   // the caller's input is wrong (layout, buffer, option, GVA)
+  kIOError,           // the operating system reported an I/O failure (EIO and friends)
+  kNoSpace,           // a medium, pool or table is full (ENOSPC)
+  kBusy,              // a resource is pinned or in use; retry later
+  kUnsupported,       // the platform or filesystem lacks a feature
+  kAborted,           // the operation was cancelled
+  kPermissionDenied,  // the caller may not do this (a peer outside the allow-list; EACCES, EPERM)
+  kDeadlineExceeded,  // a wait ran past its timeout (ETIMEDOUT)
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -43,8 +45,15 @@ class [[nodiscard]] Status {
   static Status Busy(std::string_view msg) { return Status(StatusCode::kBusy, msg); }
   static Status Unsupported(std::string_view msg) { return Status(StatusCode::kUnsupported, msg); }
   static Status Aborted(std::string_view msg) { return Status(StatusCode::kAborted, msg); }
+  static Status PermissionDenied(std::string_view msg) {
+    return Status(StatusCode::kPermissionDenied, msg);
+  }
+  static Status DeadlineExceeded(std::string_view msg) {
+    return Status(StatusCode::kDeadlineExceeded, msg);
+  }
   // Maps an errno value (positive) to a code: ENOSPC/EDQUOT -> NoSpace, ENOENT -> NotFound,
-  // EINVAL -> InvalidArgument, EOPNOTSUPP -> Unsupported, others -> IOError.
+  // EINVAL -> InvalidArgument, EOPNOTSUPP -> Unsupported, EACCES/EPERM -> PermissionDenied,
+  // ETIMEDOUT -> DeadlineExceeded, others -> IOError.
   static Status FromErrno(int err, std::string_view context);
 
   bool ok() const { return state_ == nullptr; }

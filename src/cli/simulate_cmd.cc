@@ -1,5 +1,6 @@
 // flatcake simulate: the discrete-event simulator (src/sim/) at the paper's scale.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -28,9 +29,11 @@ struct SimArgs {
   uint64_t requests = 0;
   uint64_t max_requests = 0;
   std::vector<uint64_t> contexts;  // fixed workload: tokens per request
-  uint32_t sessions = 64;
-  uint32_t turns = 4;
+  uint32_t sessions = 0;     // fixed workload; 0 = sized to the profile's budgets (FixedSetup)
+  uint32_t turns = 0;        // fixed workload; 0 = at least 4, and 256 requests in all
+  uint32_t concurrency = 0;  // agentic sessions in flight; 0 = the profile's
   uint64_t seed = 1;
+  double hbm_cache_gb = -1;  // < 0: the profile's pool alone limits the GPU prefix cache
   bool json = false;
   std::string plot;
 };
@@ -247,9 +250,23 @@ Result<Workloads> LoadWorkloads(const SimArgs& a, const sim::SimProfile& p, bool
   if (fixed) {
     const uint32_t bt = p.page_tokens ? p.page_tokens : 256;
     for (uint64_t ctx : a.contexts) {
+      // Unless told otherwise, the sessions' KV is twice the DRAM budget (so DRAM cannot hold it
+      // and the SSD path is what is compared) and well inside the SSD budget.
+      const uint64_t session_bytes = std::max<uint64_t>(1, ctx * p.kv_bytes_per_token);
+      const uint32_t sessions =
+          a.sessions ? a.sessions
+                     : static_cast<uint32_t>(std::clamp<uint64_t>(
+                           (2 * p.dram_bytes + session_bytes - 1) / session_bytes, 4, 1024));
+      const uint32_t turns =
+          a.turns ? a.turns : std::max<uint32_t>(4, (256 + sessions - 1) / sessions);
       FC_ASSIGN_OR_RETURN(auto reqs,
-                          sim::FixedLengthSessions(ctx, bt, a.sessions, a.turns,
+                          sim::FixedLengthSessions(ctx, bt, sessions, turns,
                                                    std::min<uint64_t>(512, ctx / 4), 256));
+      if (!a.json) {
+        std::printf("# %llu-token sessions: %u sessions x %u turns, %.1f GB of KV per rank\n",
+                    static_cast<unsigned long long>(ctx), sessions, turns,
+                    sessions * static_cast<double>(session_bytes) / 1e9);
+      }
       w.sets.emplace_back(ctx, std::move(reqs));
     }
     w.name = "fixed-length sessions";
@@ -267,6 +284,7 @@ Result<Workloads> LoadWorkloads(const SimArgs& a, const sim::SimProfile& p, bool
     if (a.requests) wo.requests = a.requests;
   }
   if (a.max_requests) wo.requests = std::min(wo.requests, a.max_requests);
+  if (a.concurrency) wo.concurrency = a.concurrency;
   wo.seed = a.seed;
   FC_RETURN_IF_ERROR(trace::ValidateWorkloadOptions(wo));
   FC_ASSIGN_OR_RETURN(auto reqs, trace::GenerateWorkload(*k, wo));
@@ -313,6 +331,7 @@ Status Simulate(SimArgs& a) {
   }
   sim::SimOptions so;
   so.block_tokens = w.block_tokens;
+  so.hbm_cache_bytes = a.hbm_cache_gb < 0 ? -1 : static_cast<int64_t>(a.hbm_cache_gb * 1e9);
   std::vector<Row> rows;
   for (const auto& [ctx, reqs] : w.sets) {
     for (double q : a.qps) {
@@ -380,9 +399,18 @@ void RegisterSimulateCommand(CLI::App& app, int* exit_code) {
                   "fixed workload: tokens per request, comma separated (default 32768; figure 10: "
                   "8K..128K)")
       ->delimiter(',');
-  cmd->add_option("--sessions", a->sessions, "fixed workload: sessions");
-  cmd->add_option("--turns", a->turns, "fixed workload: requests per session");
+  cmd->add_option("--sessions", a->sessions,
+                  "fixed workload: sessions (0: as many as make twice the DRAM budget of KV)");
+  cmd->add_option("--turns", a->turns,
+                  "fixed workload: requests per session (0: at least 4 and 256 requests in all)");
+  cmd->add_option("--concurrency", a->concurrency,
+                  "agentic workload: sessions in flight at once (0: the profile's; more sessions "
+                  "interleave, lengthening reuse distances)");
   cmd->add_option("--seed", a->seed, "Seed of a generated workload");
+  cmd->add_option("--hbm-cache-gb", a->hbm_cache_gb,
+                  "Sensitivity: cap, in GB per rank, on the GPU prefix cache's pages that no "
+                  "running request holds (0: HBM keeps only what running requests hold; default "
+                  "-1: only the profile's hbm_kv_bytes pool limits it)");
   cmd->add_flag("--json", a->json, "One JSON object per policy and load, one per line");
   cmd->add_option("--plot", a->plot, "Directory for the figures' PNG charts (needs gnuplot)");
   cmd->callback([a, exit_code] { *exit_code = Run(*a); });

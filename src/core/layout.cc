@@ -13,7 +13,8 @@ Status ValidateKvLayout(const KvLayout& layout) {
   if (layout.num_layers == 0 || layout.num_planes == 0 || layout.slice_bytes == 0) {
     return Status::InvalidArgument("layout has a zero dimension: " + layout.ToString());
   }
-  if (layout.num_layers > 4096 || layout.num_planes > 16 || layout.slice_bytes > (1ull << 30)) {
+  if (layout.num_layers > kMaxKvLayers || layout.num_planes > kMaxKvPlanes ||
+      layout.slice_bytes > kMaxSliceBytes) {
     return Status::InvalidArgument(
         "layout out of range (max 4096 layers, 16 planes, 1 GiB "
         "slices): " +

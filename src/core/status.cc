@@ -16,6 +16,8 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kBusy: return "Busy";
     case StatusCode::kUnsupported: return "Unsupported";
     case StatusCode::kAborted: return "Aborted";
+    case StatusCode::kPermissionDenied: return "PermissionDenied";
+    case StatusCode::kDeadlineExceeded: return "DeadlineExceeded";
   }
   return "Unknown";
 }
@@ -30,6 +32,9 @@ Status Status::FromErrno(int err, std::string_view context) {
     case ENOENT: return NotFound(msg);
     case EINVAL: return InvalidArgument(msg);
     case EOPNOTSUPP: return Unsupported(msg);
+    case EACCES:
+    case EPERM: return PermissionDenied(msg);
+    case ETIMEDOUT: return DeadlineExceeded(msg);
     default: return IOError(msg);
   }
 }

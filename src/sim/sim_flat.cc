@@ -246,9 +246,17 @@ class FlatModel final : public StoreModel {
     return so;
   }
 
-  // FC-MAS: starts every admitted prefetch, then serves every ready request.
+  // FC-MAS: starts every admitted prefetch, then serves every ready request, until neither is
+  // left (under FCFS, serving the head is what lets the next one be admitted).
   void Pump(double now) {
+    while (PumpOnce(now)) {
+    }
+  }
+
+  bool PumpOnce(double now) {
+    bool progress = false;
     for (const RestoreRequest& adm : queue_.TakeAdmissions(ctx_.Ns(now))) {
+      progress = true;
       Job& job = jobs_.at(adm.id);
       (void)PlanReads(job.slices, coalesce_, &plan_);
       double t = ctx_.ssd->Submit(now, plan_.reads.size(), plan_.bytes_read, false, read_gbps_);
@@ -262,6 +270,7 @@ class FlatModel final : public StoreModel {
       job.slices.shrink_to_fit();
     }
     while (auto ready = queue_.PopReady()) {
+      progress = true;
       auto it = jobs_.find(ready->request.id);
       Job& job = it->second;
       ReqState& r = (*ctx_.reqs)[job.req];
@@ -274,6 +283,7 @@ class FlatModel final : public StoreModel {
       ctx_.restored(job.req, t);
       jobs_.erase(it);
     }
+    return progress;
   }
 
   SimContext& ctx_;

@@ -46,41 +46,67 @@ namespace {
 // Server event kinds.
 enum : uint32_t { kArrive = 1, kReady, kGpuDone, kWriteDone, kDecodeDone };
 
-// The GPU's prefix cache: LRU over block ids.
+// The GPU's paged KV pool and the prefix cache in it. A request in the GPU's batch holds its pages
+// (pinned: the ones it found from the start of its prefill, the ones it computed or restored from
+// its end, all of them until its decode ends), and another request finds them there as a
+// server's radix cache would. Pages
+// no running request holds stay cached, least recently used first out, as long as the pool (less
+// the pinned pages) and the idle-cache cap leave room.
 class HbmCache {
  public:
-  explicit HbmCache(uint64_t capacity_blocks) : cap_(capacity_blocks) {}
-  // Leading blocks of `ids` present (touched as they are found).
+  HbmCache(uint64_t pool_blocks, uint64_t idle_cap_blocks)
+      : pool_(pool_blocks), idle_cap_(idle_cap_blocks) {}
+  // Leading blocks of `ids` present (the cached ones touched as they are found).
   uint32_t Leading(const std::vector<uint64_t>& ids, uint32_t limit) {
     uint32_t n = 0;
     for (; n < limit; ++n) {
       auto it = map_.find(ids[n]);
       if (it == map_.end()) break;
-      lru_.splice(lru_.begin(), lru_, it->second);
+      if (it->second.refs == 0) lru_.splice(lru_.begin(), lru_, it->second.pos);
     }
     return n;
   }
-  void Insert(const std::vector<uint64_t>& ids, uint32_t count) {
-    if (cap_ == 0) return;
-    for (uint32_t i = 0; i < count; ++i) {
+  // Pins ids[first, end): present or not, they are in the pool now.
+  void Pin(const std::vector<uint64_t>& ids, uint32_t first, uint32_t end) {
+    if (pool_ == 0) return;
+    for (uint32_t i = first; i < end; ++i) {
+      auto [it, fresh] = map_.try_emplace(ids[i]);
+      if (!fresh && it->second.refs == 0) lru_.erase(it->second.pos);
+      if (it->second.refs++ == 0) pinned_++;
+    }
+    EvictToFit();
+  }
+  // Unpins ids[0, end): what no other request holds becomes cached, most recent first.
+  void Unpin(const std::vector<uint64_t>& ids, uint32_t end) {
+    if (pool_ == 0) return;
+    for (uint32_t i = 0; i < end; ++i) {
       auto it = map_.find(ids[i]);
-      if (it != map_.end()) {
-        lru_.splice(lru_.begin(), lru_, it->second);
-        continue;
-      }
-      lru_.push_front(ids[i]);
-      map_.emplace(ids[i], lru_.begin());
-      if (map_.size() > cap_) {
-        map_.erase(lru_.back());
-        lru_.pop_back();
+      if (it == map_.end() || it->second.refs == 0) continue;
+      if (--it->second.refs == 0) {
+        pinned_--;
+        lru_.push_front(ids[i]);
+        it->second.pos = lru_.begin();
       }
     }
+    EvictToFit();
   }
 
  private:
-  uint64_t cap_;
+  struct Entry {
+    uint32_t refs = 0;                  // running requests holding the page
+    std::list<uint64_t>::iterator pos;  // in lru_ when refs == 0
+  };
+  void EvictToFit() {
+    while (!lru_.empty() && (lru_.size() > idle_cap_ || pinned_ + lru_.size() > pool_)) {
+      map_.erase(lru_.back());
+      lru_.pop_back();
+    }
+  }
+
+  uint64_t pool_, idle_cap_;
+  uint64_t pinned_ = 0;
   std::list<uint64_t> lru_;
-  std::unordered_map<uint64_t, std::list<uint64_t>::iterator> map_;
+  std::unordered_map<uint64_t, Entry> map_;
 };
 
 uint64_t PeakRssBytes() {
@@ -98,7 +124,11 @@ class Simulator {
       : reqs_(reqs),
         p_(p),
         o_(o),
-        hbm_(p.hbm_kv_bytes / std::max<uint64_t>(1, p.kv_bytes_per_token * block_tokens)) {
+        hbm_(p.hbm_kv_bytes / std::max<uint64_t>(1, p.kv_bytes_per_token * block_tokens),
+             o.hbm_cache_bytes < 0
+                 ? UINT64_MAX
+                 : static_cast<uint64_t>(o.hbm_cache_bytes) /
+                       std::max<uint64_t>(1, p.kv_bytes_per_token * block_tokens)) {
     ctx_.requests = &reqs;
     ctx_.profile = &p;
     ctx_.policy = o.policy;
@@ -133,6 +163,7 @@ class Simulator {
       s.full_blocks = static_cast<uint32_t>(
           std::min<uint64_t>(reqs_[i].block_ids.size(), reqs_[i].input_tokens / ctx_.block_tokens));
     }
+    ResolveParents();
     return Status::OK();
   }
 
@@ -154,7 +185,7 @@ class Simulator {
         case kWriteDone:
           if (p_.writes_hold_slot) ReleaseSlot();
           break;
-        case kDecodeDone: OnDecodeDone(); break;
+        case kDecodeDone: OnDecodeDone(static_cast<uint32_t>(e.a)); break;
       }
     }
   }
@@ -215,8 +246,42 @@ class Simulator {
     events_.push(Event{std::max(t, now_), seq_++, kind, a});
   }
 
+  // parent_[i]: the index of the request request i continues, or -1. A trace names it by index
+  // (generated workloads) or, where its records carry ids (Qwen), by the parent's id.
+  void ResolveParents() {
+    parent_.assign(reqs_.size(), -1);
+    std::unordered_map<int64_t, int64_t> by_id;
+    for (size_t i = 0; i < reqs_.size(); ++i) {
+      if (reqs_[i].request_id >= 0) by_id.emplace(reqs_[i].request_id, static_cast<int64_t>(i));
+    }
+    for (size_t i = 0; i < reqs_.size(); ++i) {
+      const int64_t p = reqs_[i].parent;
+      if (p < 0) continue;
+      int64_t idx = p;
+      if (!by_id.empty()) {
+        auto it = by_id.find(p);
+        idx = it == by_id.end() ? -1 : it->second;
+      }
+      if (idx >= 0 && idx < static_cast<int64_t>(i)) parent_[i] = idx;
+    }
+    finished_.assign(reqs_.size(), 0);
+  }
+
+  // A request arrives at its (scaled) time, but a client sends it only once the reply it
+  // continues is complete: when a server runs behind, an agent's next step or a chat's next turn
+  // waits for it instead of overtaking it. Its TTFT counts from when it was sent.
   void OnArrive(uint32_t idx) {
     if (idx + 1 < state_.size()) Schedule(state_[idx + 1].arrival, kArrive, idx + 1);
+    const int64_t parent = parent_[idx];
+    if (parent >= 0 && !finished_[parent]) {
+      blocked_on_[static_cast<uint32_t>(parent)].push_back(idx);
+      return;
+    }
+    Admit(idx);
+  }
+
+  void Admit(uint32_t idx) {
+    state_[idx].arrival = now_;
     waiting_.push_back(idx);
     StartWaiting();
   }
@@ -262,6 +327,9 @@ class Simulator {
     gpu_queue_.pop_front();
     const ReqState& s = state_[idx];
     const trace::TraceRequest& req = reqs_[idx];
+    // In the batch now: the prefix it found in HBM is held until its decode ends (a request
+    // still restoring, or queued for the GPU, holds none: like a server's waiting queue).
+    hbm_.Pin(req.block_ids, 0, std::min(s.hbm_blocks, s.full_blocks));
     const uint64_t cached = std::min<uint64_t>(
         uint64_t{s.hbm_blocks + s.delivered} * ctx_.block_tokens, req.input_tokens);
     const double uncached = static_cast<double>(req.input_tokens - cached);
@@ -292,16 +360,24 @@ class Simulator {
     hit_ssd_ += ssd_tok;
     hit_dram_ += store_tok - ssd_tok;
     recomputed_ += req.input_tokens - hbm_tok - store_tok;
-    // The prompt's full blocks are in HBM now; the ones the store did not deliver are written.
-    hbm_.Insert(req.block_ids, s.full_blocks);
+    // The prompt's full blocks are in HBM now, held until the decode ends; the ones the store did
+    // not deliver are written.
+    hbm_.Pin(req.block_ids, std::min(s.hbm_blocks, s.full_blocks), s.full_blocks);
     const uint32_t first = s.hbm_blocks + s.delivered;
     double write_done = now_;
     if (store_ && first < s.full_blocks) write_done = store_->Write(s, first, s.full_blocks, now_);
     Schedule(write_done, kWriteDone, idx);
   }
 
-  void OnDecodeDone() {
+  void OnDecodeDone(uint32_t idx) {
     end_ = std::max(end_, now_);
+    hbm_.Unpin(reqs_[idx].block_ids, state_[idx].full_blocks);
+    finished_[idx] = 1;
+    if (auto it = blocked_on_.find(idx); it != blocked_on_.end()) {
+      const std::vector<uint32_t> children = std::move(it->second);
+      blocked_on_.erase(it);
+      for (uint32_t c : children) Admit(c);
+    }
     gpu_busy_ = false;
     if (!p_.writes_hold_slot) ReleaseSlot();
     StartGpu();
@@ -313,6 +389,9 @@ class Simulator {
   SimContext ctx_;
   std::unique_ptr<StoreModel> store_;
   std::vector<ReqState> state_;
+  std::vector<int64_t> parent_;
+  std::vector<uint8_t> finished_;                                   // decode done
+  std::unordered_map<uint32_t, std::vector<uint32_t>> blocked_on_;  // parent -> arrived children
   HbmCache hbm_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t seq_ = 0;

@@ -36,6 +36,10 @@ struct SimOptions {
   SimPolicy policy = SimPolicy::kFlat;
   double qps = 0;             // target mean arrival rate; 0 keeps the trace's timing
   uint32_t block_tokens = 0;  // 0: the profile's page_tokens, else the trace's
+  // Cap on the GPU prefix cache's pages that no running request holds (bytes per rank); -1: only
+  // the pool (hbm_kv_bytes less the running requests' pages) limits it. A sensitivity knob, not a
+  // profile fact (docs/simulate.md).
+  int64_t hbm_cache_bytes = -1;
 };
 
 struct SimReport {

@@ -216,6 +216,54 @@ TEST(Simulator, DeterministicAndRefusesBadInput) {
   EXPECT_FALSE(ParseSimPolicy("lru").ok());
 }
 
+// A request that continues another is sent only once that one's reply is complete, so it finds
+// the prefix its parent computed in HBM instead of overtaking it. Pages no running request holds
+// stay cached unless the idle cache is capped at 0.
+TEST(Simulator, ChildrenWaitForTheirParentAndHbmKeepsWhatRunningRequestsHold) {
+  auto loaded = LoadProfile("local");
+  ASSERT_TRUE(loaded.ok());
+  SimProfile prof = *loaded;
+  prof.hbm_kv_bytes = uint64_t{1} << 30;
+  const uint32_t bt = 64;
+  auto make = [&](int64_t parent, uint32_t blocks, double t) {
+    trace::TraceRequest r;
+    r.time_s = t;
+    r.input_tokens = uint64_t{blocks} * bt;
+    r.output_tokens = 16;
+    r.session_id = 0;
+    r.parent = parent;
+    r.block_tokens = bt;
+    for (uint32_t b = 0; b < blocks; ++b) r.block_ids.push_back(b);
+    return r;
+  };
+  // Both arrive at once: without the dependency the child would start while its parent is
+  // still prefilling and miss everything.
+  std::vector<trace::TraceRequest> reqs = {make(-1, 40, 0), make(0, 60, 0)};
+  SimOptions so;
+  so.policy = SimPolicy::kRecompute;
+  auto r = RunSimulation(reqs, prof, so);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->hit_tokens_hbm, 40u * bt);
+  EXPECT_EQ(r->recomputed_tokens, (40u + 20u) * bt);
+  // A third request of the same prefix, long after both are done, finds the child's 60 blocks.
+  reqs.push_back(make(-1, 60, 1000));
+  r = RunSimulation(reqs, prof, so);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->hit_tokens_hbm, (40u + 60u) * bt);
+  // HBM keeps only what running requests hold: nobody runs when the second and third are sent.
+  so.hbm_cache_bytes = 0;
+  r = RunSimulation(reqs, prof, so);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->hit_tokens_hbm, 0u);
+  // A request sent while another of its prefix is still decoding a long reply shares its pages.
+  std::vector<trace::TraceRequest> pair = {make(-1, 40, 0), make(-1, 40, 1.0)};
+  prof.decode_tokens_per_s = 1000;
+  pair[0].output_tokens = 10000;  // 10 s of decode
+  r = RunSimulation(pair, prof, so);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->hit_tokens_hbm, 40u * bt);
+}
+
 TEST(Workloads, FixedLengthSessionsReuseTheirPrefix) {
   auto reqs = FixedLengthSessions(8192, 256, 3, 2, 512, 100);
   ASSERT_TRUE(reqs.ok());
