@@ -13,6 +13,8 @@ void RegisterTraceCommands(CLI::App& app, int* exit_code);
 void RegisterReplayCommand(CLI::App& app, int* exit_code);
 void RegisterFsckCommand(CLI::App& app, int* exit_code);
 void RegisterSimulateCommand(CLI::App& app, int* exit_code);
+// `flatcake serve`: serve_cmd.cc, or serve_cmd_absent.cc in a build without src/serve.
+void RegisterServeCommand(CLI::App& app, int* exit_code);
 
 // `flatcake bench <name>`: `bench` is the parent subcommand created by main.
 void RegisterRestoreBench(CLI::App& bench, int* exit_code);
