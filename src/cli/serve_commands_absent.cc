@@ -22,6 +22,10 @@ void RegisterAbsent(CLI::App& app, const char* name, const char* description, in
 
 }  // namespace
 
+void RegisterServeCommand(CLI::App& app, int* exit_code) {
+  RegisterAbsent(app, "serve", "Run the node daemon (not built)", exit_code);
+}
+
 void RegisterStatsCommand(CLI::App& app, int* exit_code) {
   RegisterAbsent(app, "stats", "Print a running daemon's metrics (not built)", exit_code);
 }

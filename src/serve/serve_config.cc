@@ -336,19 +336,6 @@ std::string Setting(std::string_view key, const std::string& value) {
 
 }  // namespace
 
-std::string_view LogLevelName(LogLevel level) {
-  const auto i = static_cast<size_t>(level);
-  return i < kLogLevelNames.size() ? kLogLevelNames[i] : std::string_view("?");
-}
-
-Result<LogLevel> ParseLogLevel(std::string_view text) {
-  for (size_t i = 0; i < kLogLevelNames.size(); ++i) {
-    if (kLogLevelNames[i] == text) return static_cast<LogLevel>(i);
-  }
-  return Status::InvalidArgument("log_level must be one of error, warn, info, debug, not '" +
-                                 std::string(text) + "'");
-}
-
 const TenantQuota& ServeConfig::QuotaFor(std::string_view tenant) const {
   const auto it = tenants.find(tenant);
   return it == tenants.end() ? default_quota : it->second;

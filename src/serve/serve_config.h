@@ -26,16 +26,10 @@
 #include "flatcake/gva.h"
 #include "flatcake/options.h"
 #include "flatcake/status.h"
+#include "serve/serve_log.h"
 #include "serve/unix_socket.h"
 
 namespace flatcake::serve {
-
-enum class LogLevel : uint8_t { kError, kWarn, kInfo, kDebug };
-inline constexpr std::array<std::string_view, 4> kLogLevelNames = {"error", "warn", "info",
-                                                                   "debug"};
-std::string_view LogLevelName(LogLevel level);
-// InvalidArgument naming the valid levels.
-Result<LogLevel> ParseLogLevel(std::string_view text);
 
 // A tenant's capacity on each medium, in bytes of segment footprint; 0 is no limit beyond the
 // medium's own.

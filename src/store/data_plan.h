@@ -61,6 +61,11 @@ struct WriteReservation {
   uint64_t owner = 0;
   KvLayout layout;
   MediaType medium = MediaType::kDram;  // of every segment
+  // The scope the segments belong to, as (slot id, generation): it names the scope until it is
+  // freed (FlatStore::SetScopeReleaseListener reports that), so a caller can account for what
+  // the reservation's bytes occupy until then.
+  uint32_t scope_id = 0;
+  uint32_t scope_gen = 0;
   // Per key of the batch: 1 when it is already present or being written (it is not written).
   std::vector<uint8_t> present;
   uint32_t already_present = 0;

@@ -7,15 +7,9 @@
 
 #include "store/segment_layout.h"
 #include "store/staging.h"
-#include "util/align.h"
 #include "util/checksum.h"
 
 namespace flatcake {
-namespace {
-
-constexpr uint64_t kRunAlign = SegmentLayout::kRunAlign;
-
-}  // namespace
 
 Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
   FC_ASSIGN_OR_RETURN(auto store, FlatStore::OpenWithEngine(options, nullptr));
@@ -111,21 +105,13 @@ Status FlatStore::Init(bool shared) {
     ro.coalesce.max_gap = options_.max_gap_bytes;
     ro.coalesce.max_io = options_.max_io_bytes;
     FC_ASSIGN_OR_RETURN(restore_, RestoreReader::Create(*engine_, ro));
-    // Segment writes of max_io_bytes (at most half the staging, so that one buffer is gathered
-    // while others are written), with the whole staging in flight: a put keeps the disk busy
-    // from its first chunk on, and the first chunk, gathered before any write can start, is
-    // small.
-    const uint64_t chunk = std::max<uint64_t>(
-        kRunAlign,
-        AlignDown(std::min(options_.max_io_bytes, options_.write_staging_bytes / 2), kRunAlign));
-    const auto count = static_cast<uint32_t>(
-        std::clamp<uint64_t>(options_.write_staging_bytes / chunk, 1, StagingPool::kMaxBuffers));
-    FC_ASSIGN_OR_RETURN(write_staging_, StagingPool::Create(chunk, count));
+    FC_ASSIGN_OR_RETURN(write_staging_, StagingPool::ForSegmentWrites(
+                                            options_.max_io_bytes, options_.write_staging_bytes));
     // Registered buffers spare the kernel pinning the pages of every write; best effort.
     const IoBufferRegion staging = write_staging_->region();
     (void)engine_->RegisterBuffers({&staging, 1});
-    info_.ssd_write_io_bytes = chunk;
-    info_.ssd_writes_in_flight = count;
+    info_.ssd_write_io_bytes = write_staging_->buffer_bytes();
+    info_.ssd_writes_in_flight = write_staging_->count();
   }
   if (dram_) {
     media_access_.dram = dram_->base();
@@ -407,6 +393,7 @@ void FlatStore::ReleaseScope(uint32_t id, uint32_t retired_gen) {
   const ScopeSlot& s = scopes_[id];
   if (Durable(s.medium)) JournalFreeLocked(s);
   for (const Key& k : s.keys) index_->Erase(k, id, retired_gen);
+  if (scope_release_listener_) scope_release_listener_(id, retired_gen, s.medium);
 }
 
 void FlatStore::RecycleScope(uint32_t id) {

@@ -134,6 +134,19 @@ class FlatStore final : public Store, private ScopeHost {
   // InvalidArgument when the pin was not admitted (or finished already).
   Status FinishRead(uint64_t owner, uint64_t pin) EXCLUDES(leases_mu_, jobs_mu_);
 
+  // What an owner's reads of a pin delivered (the node daemon's clients report it as they unpin):
+  // counted as the embedded Restore counts its own (hits, misses of the `num_keys` pinned,
+  // checksum mismatches, bytes per medium), so that GetStats covers every read of the store.
+  void RecordLeaseRead(size_t num_keys, const GetResult& result);
+
+  // `listener` runs whenever a scope is freed (reclaimed, cleared, or released empty), with its
+  // slot id, the generation it had while live (WriteReservation::scope_id and scope_gen) and its
+  // medium: the node daemon accounts each tenant's bytes until their scope goes. It runs under
+  // the store's placement lock, on the thread that frees the scope; it must be short and must not
+  // call the store. Null removes it.
+  void SetScopeReleaseListener(
+      std::function<void(uint32_t id, uint32_t gen, MediaType medium)> listener) EXCLUDES(mu_);
+
   struct ReleasedLeases {
     uint32_t writes = 0;  // reservations aborted
     uint32_t pins = 0;    // pins dropped
@@ -313,6 +326,8 @@ class FlatStore final : public Store, private ScopeHost {
   void StartSsdReads(const std::shared_ptr<RestoreJob>& job, std::function<void(Status)> done);
   // Verifies, unpins and completes the job with `st` (OK, or the error that failed it).
   void FinishJob(RestoreJob& job, Status st);
+  // Counts a read of `num_keys` keys that delivered `result`.
+  void CountRead(size_t num_keys, const GetResult& result);
 
   // --- scheduling (flat_store_restore.cc) ---
   Status StartScheduler();
@@ -390,6 +405,7 @@ class FlatStore final : public Store, private ScopeHost {
   std::unordered_map<uint64_t, PinLease> pins_ GUARDED_BY(leases_mu_);
   uint64_t next_lease_ GUARDED_BY(leases_mu_) = 1;
   ScopePlacer placer_ GUARDED_BY(mu_);
+  std::function<void(uint32_t, uint32_t, MediaType)> scope_release_listener_ GUARDED_BY(mu_);
   std::vector<uint32_t> free_scopes_ GUARDED_BY(mu_);  // slot ids, LIFO
 
   std::unique_ptr<Journal> journal_[2];  // per medium: the SSD pool's; a file-backed arena's

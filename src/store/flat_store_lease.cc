@@ -58,6 +58,8 @@ Result<WriteReservation> FlatStore::ReserveLeased(uint64_t owner, std::span<cons
   if (w->todo.empty()) return r;
   for (uint32_t i : w->todo) r.present[i] = 0;
   r.medium = w->placement.medium;
+  r.scope_id = w->placement.scope_id;
+  r.scope_gen = w->placement.gen;
   r.blocks = w->todo;
   r.segments.reserve(w->placement.segments.size());
   for (const PendingSegment& ps : w->placement.segments) r.segments.push_back(Reserved(*w, ps));
@@ -221,6 +223,16 @@ Status FlatStore::Unpin(uint64_t owner, uint64_t pin) {
   if (lease.job != 0 && lease.job != kSubmittingJob) CancelRemoteJob(lease.job);
   UnpinHits(lease.hits);
   return Status::OK();
+}
+
+void FlatStore::RecordLeaseRead(size_t num_keys, const GetResult& result) {
+  CountRead(num_keys, result);
+}
+
+void FlatStore::SetScopeReleaseListener(
+    std::function<void(uint32_t id, uint32_t gen, MediaType medium)> listener) {
+  MutexLock lock(mu_);
+  scope_release_listener_ = std::move(listener);
 }
 
 FlatStore::ReleasedLeases FlatStore::ReleaseOwner(uint64_t owner) {

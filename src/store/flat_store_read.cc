@@ -126,18 +126,12 @@ void FlatStore::FinishJob(RestoreJob& job, Status st) {
     result.ssd_read_ns = std::max<int64_t>(0, job.ssd_done_ns - job.admitted_ns);
   }
   if (st.ok()) {
-    hits_.fetch_add(result.hits, std::memory_order_relaxed);
-    misses_.fetch_add(job.num_keys - result.hits, std::memory_order_relaxed);
-    mismatches_.fetch_add(result.corrupt, std::memory_order_relaxed);
-    media_[0].delivered.fetch_add(result.bytes_from_dram, std::memory_order_relaxed);
-    media_[0].read.fetch_add(result.bytes_from_dram, std::memory_order_relaxed);
-    media_[1].delivered.fetch_add(result.bytes_from_ssd, std::memory_order_relaxed);
-  } else if (st.code() == StatusCode::kAborted) {
-    restores_cancelled_.fetch_add(1, std::memory_order_relaxed);
+    CountRead(job.num_keys, result);
   } else {
-    io_errors_.fetch_add(1, std::memory_order_relaxed);
+    (st.code() == StatusCode::kAborted ? restores_cancelled_ : io_errors_)
+        .fetch_add(1, std::memory_order_relaxed);
+    media_[1].read.fetch_add(result.ssd_bytes_read, std::memory_order_relaxed);
   }
-  media_[1].read.fetch_add(result.ssd_bytes_read, std::memory_order_relaxed);
 
   std::shared_ptr<LayeredRestore> reads;  // released outside the lock
   {
@@ -148,6 +142,16 @@ void FlatStore::FinishJob(RestoreJob& job, Status st) {
     reads = std::move(job.reads);
   }
   job.cv.NotifyAll();
+}
+
+void FlatStore::CountRead(size_t num_keys, const GetResult& result) {
+  hits_.fetch_add(result.hits, std::memory_order_relaxed);
+  misses_.fetch_add(num_keys - std::min<size_t>(result.hits, num_keys), std::memory_order_relaxed);
+  mismatches_.fetch_add(result.corrupt, std::memory_order_relaxed);
+  media_[0].delivered.fetch_add(result.bytes_from_dram, std::memory_order_relaxed);
+  media_[0].read.fetch_add(result.bytes_from_dram, std::memory_order_relaxed);
+  media_[1].delivered.fetch_add(result.bytes_from_ssd, std::memory_order_relaxed);
+  media_[1].read.fetch_add(result.ssd_bytes_read, std::memory_order_relaxed);
 }
 
 }  // namespace flatcake

@@ -56,6 +56,21 @@ class StagingPool {
     return std::unique_ptr<StagingPool>(new StagingPool(buffer_bytes, count, std::move(mem)));
   }
 
+  // The staging of a store's (or a daemon client's) SSD segment writes, from its max_io_bytes and
+  // write_staging_bytes options: writes of max_io_bytes, at most half the staging so that one
+  // buffer is gathered while others are written, and the whole staging in flight, so that a put
+  // keeps the disk busy from its first chunk on (the first chunk, gathered before any write can
+  // start, is small).
+  static Result<std::unique_ptr<StagingPool>> ForSegmentWrites(uint64_t max_io_bytes,
+                                                               uint64_t staging_bytes) {
+    constexpr uint64_t kAlign = SegmentLayout::kRunAlign;
+    const uint64_t chunk =
+        std::max<uint64_t>(kAlign, (std::min(max_io_bytes, staging_bytes / 2) / kAlign) * kAlign);
+    const auto count =
+        static_cast<uint32_t>(std::clamp<uint64_t>(staging_bytes / chunk, 1, kMaxBuffers));
+    return Create(chunk, count);
+  }
+
   uint64_t buffer_bytes() const { return bytes_; }
   uint32_t count() const { return count_; }
   IoBufferRegion region() const { return IoBufferRegion{mem_.data(), mem_.size()}; }

@@ -1,8 +1,8 @@
-// MediaClient: the data half of another process, as a client of the node daemon builds it from a
-// store's SharedMedia: its own mapping of the shared arena, its own descriptors of the pool files,
-// its own engine, staging, reader and writer, none of them the store's. Blocks carry FillBlock's
-// content. Test-only. Write and Read may be called from several threads (the writer, reader and
-// engine are thread-safe); construction and destruction are not concurrent with them.
+// MediaClient: the data half of another process in the store's tests of the leases: an
+// AttachedMedia (store/attached_media.h) over a store's SharedMedia, with the posix engine and a
+// small read window, writing and reading blocks of FillBlock's content. Test-only. Write and
+// Read may be called from several threads; construction and destruction are not concurrent with
+// them.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,14 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "io/posix_io_engine.h"
-#include "io/restore_reader.h"
-#include "media/dram_arena.h"
-#include "media/ssd_file_pool.h"
+#include "store/attached_media.h"
 #include "store/data_plan.h"
 #include "store/pinned_read.h"
-#include "store/segment_writer.h"
-#include "store/staging.h"
 #include "testing/store_blocks.h"
 #include "util/block_content.h"
 
@@ -27,24 +22,15 @@ namespace flatcake::testing {
 
 class MediaClient {
  public:
-  explicit MediaClient(const SharedMedia& media) : geometry_(media.ssd) {
-    auto mapping = SharedArenaMapping::Map(media.dram_fd, media.dram_bytes);
-    EXPECT_TRUE(mapping.ok()) << mapping.status().ToString();
-    if (mapping.ok()) arena_ = std::move(*mapping);
-    auto files = SsdFilePool::OpenFiles(geometry_);
-    EXPECT_TRUE(files.ok()) << files.status().ToString();
-    if (files.ok()) files_ = std::move(*files);
-    EXPECT_TRUE(engine_.RegisterFiles(files_.fds()).ok());
-    auto staging = StagingPool::Create(256 * kKiB, 4);
-    EXPECT_TRUE(staging.ok());
-    if (staging.ok()) staging_ = std::move(*staging);
-    ReaderOptions ro;
-    ro.window_bytes = 4 * kMiB;  // ample for test batches, quick to map
-    auto reader = RestoreReader::Create(engine_, ro);
-    EXPECT_TRUE(reader.ok());
-    if (reader.ok()) reader_ = std::move(*reader);
-    access_ = MediaAccess{arena_.base(), arena_.size(), &geometry_, &engine_};
-    writer_ = std::make_unique<SegmentWriter>(access_, staging_.get());
+  explicit MediaClient(const SharedMedia& media) {
+    AttachedMediaOptions o;
+    o.io_engine = IoEngineKind::kPosix;
+    o.read_window_bytes = 4 * kMiB;  // ample for test batches, quick to map
+    o.write_staging_bytes = 1 * kMiB;
+    o.max_io_bytes = 256 * kKiB;
+    auto opened = AttachedMedia::Open(media, o);
+    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+    if (opened.ok()) media_ = std::move(*opened);
   }
 
   // Fills every segment of `r` with the blocks of `keys` (the batch it was reserved for) and
@@ -53,7 +39,7 @@ class MediaClient {
     HostBlocks src(r.layout, keys.size());
     src.Fill(keys);
     std::vector<uint64_t> sums;
-    Status st = writer_->WriteAll(r, src.buffers(), &sums);
+    Status st = media_->writer().WriteAll(r, src.buffers(), &sums);
     EXPECT_TRUE(st.ok()) << st.ToString();
     EXPECT_EQ(sums.size(), r.blocks.size());
     return sums;
@@ -64,25 +50,18 @@ class MediaClient {
   GetResult Read(const ReadPin& pin, const std::vector<Key>& keys) {
     HostBlocks dst(pin.layout, keys.size());
     PinnedRead read(pin.layout, dst.buffers(), pin.hits, /*verify=*/true);
-    auto r = read.Run(access_, reader_.get(), keys.size());
+    auto r = read.Run(media_->access(), media_->reader(), keys.size());
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     if (!r.ok()) return {};
     ExpectFoundBlocksExact(keys, r->found, dst);
     return *r;
   }
 
-  uint8_t* arena() { return arena_.base(); }
-  const MediaAccess& access() const { return access_; }
+  uint8_t* arena() { return media_->access().dram; }
+  const MediaAccess& access() const { return media_->access(); }
 
  private:
-  SsdPoolGeometry geometry_;
-  SharedArenaMapping arena_;
-  SsdPoolFiles files_;
-  PosixIoEngine engine_;
-  std::unique_ptr<StagingPool> staging_;
-  std::unique_ptr<RestoreReader> reader_;
-  MediaAccess access_;
-  std::unique_ptr<SegmentWriter> writer_;
+  std::unique_ptr<AttachedMedia> media_;
 };
 
 }  // namespace flatcake::testing
