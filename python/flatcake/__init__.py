@@ -37,6 +37,7 @@ __all__ = [
     "PutResult",
     "RestoreHandle",
     "Store",
+    "connect",
     "default_options",
     "key_hex",
     "normalize_config",
@@ -362,3 +363,21 @@ def open(config: Optional[Mapping[str, Any]] = None, *, policy: str = "flat",  #
     behind the same interface, for side-by-side runs: every write enters DRAM, LRU evicts to SSD
     buckets, SSD hits are staged and promoted; its ``restore`` completes before it returns)."""
     return Store(_core.open(normalize_config(config, **overrides), policy))
+
+
+def connect(address: str, *, tenant: str, client_name: str = "",
+            timeout: float = 0.0) -> Store:
+    """Connects to the node's daemon, ``flatcake serve`` (docs/serve.md), at ``address``
+    ("unix:///path/to/socket" or a socket path) as ``tenant`` (1-64 characters of
+    [A-Za-z0-9._-]; a tenant never sees another tenant's blocks). The store returned has the
+    embedded store's methods (put, exists, lookup, get, restore, stats, close). Its data path is
+    direct: this process maps the daemon's DRAM arena and opens its pool files itself, so no byte
+    passes through the daemon. When the daemon restarts, calls in flight fail with
+    :class:`flatcake.Error` (or miss) and the next call reconnects by itself. ``timeout``:
+    seconds to wait for the daemon at each connection attempt (0: the client's default)."""
+    if not getattr(_core, "has_daemon_client", False):
+        err = Error("Unsupported: this flatcake was built without the daemon client (install "
+                    "libprotobuf-dev, protobuf-compiler and libtomlplusplus-dev, and rebuild)")
+        err.code = "Unsupported"
+        raise err
+    return Store(_core.connect(address, tenant, client_name, timeout))

@@ -54,6 +54,7 @@ import ctypes
 import json
 import logging
 import os
+import re
 import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -139,6 +140,11 @@ ADAPTER_OPTIONS: Dict[str, str] = {
     "per_worker_subdir": "true (default): each worker process stores under <ssd_dir>/<worker>, "
                          "the next free slot when another live worker holds it",
     "force_medium": "'dram' or 'ssd': bypass placement (testing, benchmarking)",
+    "daemon": "address of the node's `flatcake serve` (unix:///path or a socket path): every "
+              "worker of the node shares the daemon's store instead of opening its own; store "
+              "options then belong to the daemon and are refused here",
+    "tenant": "with daemon: the tenant this engine's keys live under (default: the model name "
+              "with characters outside [A-Za-z0-9._-] replaced by '_')",
 }
 
 
@@ -308,10 +314,26 @@ class FlatCakeStorage(HiCacheStorage):
         if not isinstance(per_worker, bool):
             raise TypeError("extra_config 'per_worker_subdir' must be true or false")
         self.per_worker_subdir = per_worker
+        self.daemon = extra.pop("daemon", None)
+        if self.daemon is not None and (not isinstance(self.daemon, str) or not self.daemon):
+            raise TypeError("extra_config 'daemon' must be the daemon's address "
+                            "(unix:///path/to/socket)")
+        tenant = extra.pop("tenant", None)
+        if tenant is not None and self.daemon is None:
+            raise ValueError("extra_config 'tenant' needs 'daemon' (an embedded store has no "
+                             "tenants)")
+        if tenant is None:
+            model = str(_cfg(storage_config, "model_name", "") or "default")
+            tenant = re.sub(r"[^A-Za-z0-9._-]", "_", model)[:64] or "default"
+        self.tenant = str(tenant)
         self.force_medium = extra.pop("force_medium", None)
         if self.force_medium not in (None, "dram", "ssd"):
             raise ValueError(f"extra_config 'force_medium' must be 'dram' or 'ssd', "
                              f"got {self.force_medium!r}")
+        if self.daemon is not None and extra:
+            raise ValueError(f"FlatCakeStorage: with 'daemon', store options belong to the "
+                             f"daemon's configuration (flatcake serve --config), not here: "
+                             f"{', '.join(sorted(extra))}")
         try:
             # Validates names, types and ranges now, so a typo fails at startup; the store itself
             # opens in register_mem_pool_host, once the page size is known.
@@ -374,6 +396,15 @@ class FlatCakeStorage(HiCacheStorage):
             config["tokens_per_block"] = page_size  # one block is one SGLang page
         fingerprint = json.dumps(config, sort_keys=True)
         workers = self.tp_size * self.pp_size * self.cp_size
+
+        if self.daemon is not None:
+            # The node's daemon owns the store: every worker process shares it, so an MLA
+            # model's ranks 1..N find the pages rank 0 backed up.
+            fingerprint = json.dumps({"daemon": self.daemon, "tenant": self.tenant})
+            self._store = _acquire_store(
+                fingerprint, lambda: flatcake.connect(self.daemon, tenant=self.tenant))
+            self._fingerprint = fingerprint
+            return
 
         def open_fn() -> flatcake.Store:
             cfg = dict(config)

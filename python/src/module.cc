@@ -27,6 +27,9 @@
 #include "core/option_table.h"
 #include "flatcake/layout.h"
 #include "flatcake/store.h"
+#if FLATCAKE_HAVE_SERVE
+#include "serve/remote_store.h"
+#endif
 #include "py_convert.h"
 #include "util/thread_annotations.h"
 
@@ -277,6 +280,25 @@ std::shared_ptr<PyStore> OpenStore(const pyb::dict& config, const std::string& p
   return std::make_shared<PyStore>(std::move(store).value());
 }
 
+#if FLATCAKE_HAVE_SERVE
+// flatcake.connect: a client of the node's daemon behind the same Store wrapper, so it has the
+// embedded store's methods.
+std::shared_ptr<PyStore> ConnectStore(const std::string& address, const std::string& tenant,
+                                      const std::string& client_name, double timeout_s) {
+  serve::ClientOptions options;
+  if (!client_name.empty()) options.client_name = client_name;
+  if (timeout_s > 0) {
+    options.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  }
+  Result<std::unique_ptr<serve::RemoteStore>> store = [&] {
+    pyb::gil_scoped_release release;  // connecting maps the arena and opens the pool files
+    return serve::RemoteStore::Connect(address, tenant, options);
+  }();
+  if (!store.ok()) RaiseStatus(store.status());
+  return std::make_shared<PyStore>(std::unique_ptr<Store>(std::move(store).value()));
+}
+#endif
+
 // The module's parts, bound by PYBIND11_MODULE below.
 using flatcake::GetResult;
 using flatcake::KvLayout;
@@ -399,6 +421,15 @@ void BindModuleFunctions(pyb::module_& m) {
   m.def("open", &py::OpenStore, arg("config"), arg("policy") = "flat",
         "Opens a store from a dict of StoreOptions fields (sizes as integers); policy 'flat' "
         "(FlatCake) or 'tiered' (the Mooncake-style baseline).");
+#if FLATCAKE_HAVE_SERVE
+  m.def("connect", &py::ConnectStore, arg("address"), arg("tenant"), arg("client_name") = "",
+        arg("timeout") = 0.0,
+        "Connects to the node's daemon (`flatcake serve`) at address ('unix:///path' or a socket "
+        "path) as tenant; the store it returns has the embedded store's methods.");
+  m.attr("has_daemon_client") = true;
+#else
+  m.attr("has_daemon_client") = false;
+#endif
   m.def("option_names", [] {
     std::vector<std::string> names;
     for (std::string_view n : py::OptionNames()) names.emplace_back(n);
