@@ -344,3 +344,14 @@ def test_fsck_refuses_a_pool_in_use_and_what_is_not_a_pool(ssd_dir, tmp_path):
     assert h.returncode == 0
     for flag in ("--deep", "--repair", "--json"):
         assert flag in h.stdout
+
+
+def test_bench_daemon_json_fields_and_every_byte_verified(tmp_path):
+    p = run("bench", "daemon", "--bytes", "4M", "--layers", "4", "--reps", "1", "--clients", "2",
+            "--keys", "16", "--duration-ms", "100", "--ssd-dir", str(tmp_path), "--json")
+    j = last_json(p)
+    for field in ("daemon_vs_embedded", "embedded_gbps", "daemon_gbps", "lookup_p50_us",
+                  "lookup_p99_us"):
+        assert isinstance(j[field], float) and j[field] > 0, field
+    assert j["clients"] == 2 and j["keys_per_lookup"] == 16
+    assert j["mismatches"] == 0 and j["misses"] == 0

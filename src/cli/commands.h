@@ -27,5 +27,7 @@ void RegisterSchedBench(CLI::App& bench, int* exit_code);
 void RegisterRoundTripBench(CLI::App& bench, int* exit_code);
 void RegisterRecoverBench(CLI::App& bench, int* exit_code);
 void RegisterPathsBench(CLI::App& bench, int* exit_code);
+// `bench daemon` (bench_daemon.cc) needs the daemon; serve_commands_absent.cc has its stand-in.
+void RegisterDaemonBench(CLI::App& bench, int* exit_code);
 
 }  // namespace flatcake::cli

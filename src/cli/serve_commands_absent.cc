@@ -1,5 +1,5 @@
 // The daemon's commands in a build without the serve library (CMake found no protobuf or no
-// toml++): each is still listed, and says why it cannot run.
+// toml++), and `bench daemon`: each is still listed, and says why it cannot run.
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -28,6 +28,11 @@ void RegisterServeCommand(CLI::App& app, int* exit_code) {
 
 void RegisterStatsCommand(CLI::App& app, int* exit_code) {
   RegisterAbsent(app, "stats", "Print a running daemon's metrics (not built)", exit_code);
+}
+
+void RegisterDaemonBench(CLI::App& bench, int* exit_code) {
+  RegisterAbsent(bench, "daemon", "Restore and lookup through the node daemon (not built)",
+                 exit_code);
 }
 
 }  // namespace flatcake::cli

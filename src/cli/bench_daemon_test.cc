@@ -1,0 +1,67 @@
+// `flatcake bench daemon` at tiny sizes, as a process: its table, its JSON line's fields, every
+// restored byte verified and both sides measured. No figure is held to a target here (a timed
+// test on a shared machine is noise); the figures go in docs/performance.md.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "util/temp_dir.h"
+
+namespace flatcake::cli {
+namespace {
+
+struct CommandRun {
+  int status = -1;
+  std::string out;
+};
+
+CommandRun RunCommand(const std::string& cmd) {
+  CommandRun r;
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) r.out.append(buf, n);
+  const int w = pclose(p);
+  r.status = WIFEXITED(w) ? WEXITSTATUS(w) : -1;
+  return r;
+}
+
+TEST(BenchDaemonTest, JsonLineCarriesBothSidesAndEveryByteIsVerified) {
+  TempDir dir("bench-daemon-test");
+  const CommandRun r = RunCommand(std::string(FLATCAKE_BINARY) +
+                                  " bench daemon --bytes 4M --layers 4 --slice-bytes 16K --reps 2"
+                                  " --clients 2 --keys 16 --duration-ms 100 --json --ssd-dir " +
+                                  dir.path());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const size_t last = r.out.rfind('\n', r.out.size() - 2);
+  ASSERT_NE(last, std::string::npos) << "a table comes before the JSON line";
+  const auto j = nlohmann::json::parse(r.out.substr(last + 1));
+  for (const char* f :
+       {"daemon_vs_embedded", "embedded_gbps", "daemon_gbps", "dram_daemon_vs_embedded",
+        "dram_embedded_gbps", "dram_daemon_gbps", "lookup_p50_us", "lookup_p99_us"}) {
+    ASSERT_TRUE(j.contains(f)) << f;
+    EXPECT_GT(j[f].get<double>(), 0) << f;
+  }
+  EXPECT_LE(j["lookup_p50_us"].get<double>(), j["lookup_p99_us"].get<double>());
+  EXPECT_EQ(j["clients"], 2);
+  EXPECT_EQ(j["keys_per_lookup"], 16);
+  EXPECT_GT(j["lookup_calls"].get<uint64_t>(), 0u);
+  // 4 MiB of 128 KiB blocks (4 layers x 2 planes x 16 KiB) on each medium.
+  EXPECT_EQ(j["blocks"], 32);
+  EXPECT_EQ(j["block_bytes"], 128 * 1024);
+  // Two rounds of two restores (embedded, daemon) on each of the two media, every byte compared.
+  EXPECT_EQ(j["bytes_verified"].get<uint64_t>(), 2u * 2 * 2 * 4 * 1024 * 1024);
+  EXPECT_EQ(j["mismatches"], 0);
+  EXPECT_EQ(j["misses"], 0);
+}
+
+TEST(BenchDaemonTest, BadFlagsExitTwo) {
+  EXPECT_EQ(RunCommand(std::string(FLATCAKE_BINARY) + " bench daemon --clients 0 2>&1").status, 2);
+  EXPECT_EQ(RunCommand(std::string(FLATCAKE_BINARY) + " bench daemon --bytes 0 2>&1").status, 2);
+}
+
+}  // namespace
+}  // namespace flatcake::cli
