@@ -1,51 +1,98 @@
-// `flatcake serve`: the node daemon (docs/serve.md). Opens the store with the store flags, serves
-// it on a Unix socket to the engine processes of the node (serve/daemon.h) and runs in the
-// foreground, logging to stderr, until SIGTERM or SIGINT, which shut it down cleanly (exit 0).
-// A second daemon on the same socket or pool is refused (exit 1, naming the holder).
+// `flatcake serve`: the node daemon (docs/serve.md). Takes its configuration from a TOML file
+// (--config, serve/serve_config.h) with the given flags over it, serves the store on a Unix
+// socket to the engine processes of the node (serve/daemon.h), optionally with a Prometheus
+// endpoint (--metrics-addr, serve/metrics.h), and runs in the foreground, logging to stderr,
+// until SIGTERM or SIGINT, which shut it down cleanly (exit 0). A second daemon on the same
+// socket or pool is refused (exit 1, naming the holder).
 #include <pthread.h>
 #include <signal.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/store_flags.h"
 #include "serve/daemon.h"
+#include "serve/metrics.h"
+#include "serve/metrics_observer.h"
+#include "serve/serve_config.h"
 #include "serve/serve_log.h"
 
 namespace flatcake::cli {
 namespace {
 
+// What the command line gave: the daemon's flags as they were typed, the store's bound to
+// overrides.store. Each replaces the file's value only when given (ServeOverrides).
 struct ServeArgs {
-  StoreOptions store;
-  std::string socket;
+  CLI::App* cmd = nullptr;
   std::string config;
-  std::string metrics_addr;
-  std::string log_level = "info";
-  std::string socket_mode = "0600";
-  uint32_t max_clients = 256;
+  bool print_config = false;
+  serve::ServeOverrides overrides;
+  std::optional<std::string> socket_mode;
+  std::optional<std::string> log_level;
   std::vector<uint32_t> allow_uids;
   std::vector<uint32_t> allow_gids;
 };
 
-int RunServe(const ServeArgs& a) {
-  // TODO(merge): --config and --metrics-addr are served by the configuration (serve_config.h)
-  // and metrics (metrics.h) code written on another branch; until it is merged they are refused.
+// The file's configuration (or the defaults) with the given flags over it, checked as a whole.
+// A Status names what is wrong; the caller's exit status is 2 for any of it.
+Result<serve::ServeConfig> MergedConfig(ServeArgs& a) {
+  serve::ServeConfig config;
   if (!a.config.empty()) {
-    std::fprintf(stderr, "flatcake serve: --config is not supported yet in this build\n");
-    return 2;
+    FC_ASSIGN_OR_RETURN(config, serve::LoadServeConfig(a.config));
   }
-  if (!a.metrics_addr.empty()) {
-    std::fprintf(stderr, "flatcake serve: --metrics-addr is not supported yet in this build\n");
-    return 2;
+  serve::ServeOverrides& o = a.overrides;
+  if (a.socket_mode) {
+    const Result<mode_t> mode = serve::ParseFileMode(*a.socket_mode);
+    if (!mode.ok()) return mode.status().WithContext("--socket-mode");
+    o.socket_mode = *mode;
   }
-  auto level = serve::ParseLogLevel(a.log_level);
-  if (!level.ok()) return ReportArgError("serve", level.status());
-  if (int rc = ReportArgError("serve", ValidateStoreOptions(a.store))) return rc;
+  if (a.log_level) {
+    const Result<serve::LogLevel> level = serve::ParseLogLevel(*a.log_level);
+    if (!level.ok()) return level.status().WithContext("--log-level");
+    o.log_level = *level;
+  }
+  if (!a.allow_uids.empty() || !a.allow_gids.empty()) {
+    serve::PeerAllowList allow;
+    allow.uids.assign(a.allow_uids.begin(), a.allow_uids.end());
+    allow.gids.assign(a.allow_gids.begin(), a.allow_gids.end());
+    o.allow = std::move(allow);
+  }
+  o.store_given = GivenStoreFlags(*a.cmd);
+  FC_RETURN_IF_ERROR(serve::ApplyOverrides(o, &config));
+  FC_RETURN_IF_ERROR(serve::ValidateServeConfig(config));
+  return config;
+}
+
+serve::DaemonOptions DaemonOptionsOf(const serve::ServeConfig& c) {
+  serve::DaemonOptions o;
+  o.store = c.store;
+  o.socket_path = c.socket_path;
+  o.socket_mode = c.socket_mode;
+  o.allow = c.allow;
+  o.max_clients = c.max_clients;
+  o.tenant_quotas = c.tenants;
+  o.default_quota = c.default_quota;
+  return o;
+}
+
+int RunServe(ServeArgs& a) {
+  if (a.print_config) {
+    std::fputs(serve::RenderServeConfigToml().c_str(), stdout);
+    return 0;
+  }
+  Result<serve::ServeConfig> config = MergedConfig(a);
+  if (!config.ok()) {
+    // A config file that is not there or cannot be read is a failure, not a usage error.
+    const StatusCode code = config.status().code();
+    if (code == StatusCode::kNotFound || code == StatusCode::kIOError) {
+      return ReportStatus("serve", config.status());
+    }
+    return ReportArgError("serve", config.status());
+  }
 
   // Blocked before any thread starts, so that every thread inherits the mask and the sigwait
   // below is the one taker of these signals.
@@ -55,32 +102,42 @@ int RunServe(const ServeArgs& a) {
   sigaddset(&stop, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   ::signal(SIGPIPE, SIG_IGN);  // a stderr pipe closed under us must not kill the daemon
-  serve::SetLogLevel(*level);
+  serve::SetLogLevel(config->log_level);
 
-  char* end = nullptr;
-  const unsigned long mode = std::strtoul(a.socket_mode.c_str(), &end, 8);
-  if (a.socket_mode.empty() || *end != '\0' || mode > 0777) {
-    std::fprintf(stderr, "flatcake serve: --socket-mode %s is no octal file mode\n",
-                 a.socket_mode.c_str());
-    return 2;
+  // The metrics and their observer outlive the daemon, whose threads call the observer.
+  std::unique_ptr<serve::DaemonMetrics> metrics;
+  std::unique_ptr<serve::MetricsObserver> observer;
+  serve::DaemonOptions options = DaemonOptionsOf(*config);
+  if (!config->metrics_addr.empty()) {
+    auto created = serve::DaemonMetrics::Create(config->metrics_addr);
+    if (!created.ok()) return ReportStatus("serve", created.status().WithContext("metrics_addr"));
+    metrics = std::move(*created);
+    observer = std::make_unique<serve::MetricsObserver>(metrics.get());
+    options.observer = observer.get();
   }
-  serve::DaemonOptions o;
-  o.store = a.store;
-  o.socket_path = a.socket;
-  o.socket_mode = static_cast<mode_t>(mode);
-  o.max_clients = a.max_clients;
-  if (!a.allow_uids.empty() || !a.allow_gids.empty()) {
-    o.allow.uids.assign(a.allow_uids.begin(), a.allow_uids.end());
-    o.allow.gids.assign(a.allow_gids.begin(), a.allow_gids.end());
-  }
-  auto daemon = serve::Daemon::Start(std::move(o));
+  auto daemon = serve::Daemon::Start(std::move(options));
   if (!daemon.ok()) return ReportOpenError("serve", daemon.status());
+  if (metrics != nullptr) {
+    serve::WatchDaemon(**daemon, config->tenants, metrics.get());
+    const std::string host = config->metrics_addr.substr(0, config->metrics_addr.rfind(':'));
+    serve::Logf(serve::LogLevel::kInfo, "metrics at http://%s:%u/metrics", host.c_str(),
+                static_cast<unsigned>(metrics->port()));
+  }
   int sig = 0;
   while (sigwait(&stop, &sig) != 0) {
   }
   serve::Logf(serve::LogLevel::kInfo, "%s received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  if (metrics != nullptr) serve::UnwatchDaemon(metrics.get());
   (*daemon)->Shutdown();
   return 0;
+}
+
+// The flag of the daemon setting `key`, with the help the config file shows for it.
+template <typename T>
+CLI::Option* AddSettingFlag(CLI::App* cmd, std::string_view key, T* target) {
+  const serve::ServeSettingSpec& spec = serve::ServeSetting(key);
+  return cmd->add_option(std::string(spec.flag), *target,
+                         std::string(spec.help) + " File: " + std::string(key) + ".");
 }
 
 }  // namespace
@@ -90,24 +147,24 @@ void RegisterServeCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "serve",
       "Run the node daemon: one store for every engine process of the node, on a Unix socket "
-      "(docs/serve.md)");
-  cmd->add_option("--socket", args->socket, "The daemon's Unix socket path")->required();
-  cmd->add_option("--config", args->config, "TOML configuration file (not supported yet)");
-  cmd->add_option("--metrics-addr", args->metrics_addr,
-                  "HOST:PORT for Prometheus metrics (not supported yet)");
-  cmd->add_option("--log-level", args->log_level, "error, warning, info or debug")
-      ->default_str("info");
-  cmd->add_option("--socket-mode", args->socket_mode,
-                  "The socket's file mode, octal (who may connect at all; the allow-list decides)")
-      ->default_str("0600");
-  cmd->add_option("--max-clients", args->max_clients, "Connections served at once")
-      ->default_str("256")
-      ->check(CLI::Range(1u, 65536u));
+      "(docs/serve.md). Flags given override the --config file's values.");
+  args->cmd = cmd;
+  serve::ServeOverrides& o = args->overrides;
+  cmd->add_option("--config", args->config,
+                  "TOML configuration file (docs/serve.example.toml: every key, with its default)");
+  cmd->add_flag("--print-config", args->print_config,
+                "Print a configuration file of every setting with its default and help, and exit");
+  AddSettingFlag(cmd, "socket", &o.socket_path);
+  AddSettingFlag(cmd, "socket_mode", &args->socket_mode);
+  AddSettingFlag(cmd, "metrics_addr", &o.metrics_addr);
+  AddSettingFlag(cmd, "max_clients", &o.max_clients)->check(CLI::Range(1u, serve::kMaxMaxClients));
+  AddSettingFlag(cmd, "log_level", &args->log_level);
   cmd->add_option("--allow-uid", args->allow_uids,
-                  "A uid whose processes may connect (repeatable; default: the daemon's own uid)");
+                  "A uid whose processes may connect (repeatable; replaces the file's "
+                  "allow.uids and allow.gids; default: the daemon's own uid)");
   cmd->add_option("--allow-gid", args->allow_gids,
-                  "A gid whose processes may connect (repeatable)");
-  AddStoreFlags(cmd, &args->store);
+                  "A gid whose processes may connect (repeatable; as --allow-uid)");
+  AddStoreFlags(cmd, &o.store);
   cmd->callback([args, exit_code] { *exit_code = RunServe(*args); });
 }
 

@@ -70,7 +70,7 @@ Result<UniqueFd> LockFile(const std::string& path, const std::string& socket_pat
 }
 
 // The answer to a connection past max_clients: BUSY under its Hello's id, then the close.
-void RefuseBusy(UniqueFd fd, uint32_t max_clients) {
+void RefuseBusy(UniqueFd fd, uint32_t max_clients, DaemonObserver* observer) {
   uint64_t id = 0;
   uint16_t version = kProtocolVersion;
   auto frame = RecvFrame(fd.get(), kHelloFrameLimits, kBusyHelloTimeout);
@@ -87,18 +87,13 @@ void RefuseBusy(UniqueFd fd, uint32_t max_clients) {
     (void)SendFrame(fd.get(), *bytes, {}, kBusyHelloTimeout);
   }
   Logf(LogLevel::kWarning, "connection refused: %u clients served already", max_clients);
+  observer->OnProtocolError(ClientIdentity{}, ProtocolError::kTooManyClients,
+                            "max_clients connections served already");
 }
 
 class NullObserver final : public DaemonObserver {};
 
 }  // namespace
-
-std::string_view RequestKindName(RequestKind kind) {
-  static constexpr std::string_view kNames[] = {
-      "hello",       "lookup",   "exists", "reserve_write", "publish_write",
-      "abort_write", "pin_read", "unpin",  "stats",         "unknown"};
-  return kNames[static_cast<int>(kind)];
-}
 
 class Daemon::Impl {
  public:
@@ -239,7 +234,7 @@ void Daemon::Impl::Admit(UniqueFd fd) {
   MutexLock lock(mu_);
   if (sessions_.size() >= options_.max_clients) {
     lock.Unlock();
-    RefuseBusy(std::move(fd), options_.max_clients);
+    RefuseBusy(std::move(fd), options_.max_clients, ctx_.observer);
     return;
   }
   auto session = std::make_shared<ClientSession>(ctx_, std::move(fd), next_token_++);

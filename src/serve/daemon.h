@@ -34,6 +34,7 @@
 #include "flatcake/gva.h"
 #include "flatcake/options.h"
 #include "flatcake/status.h"
+#include "serve/daemon_events.h"
 #include "serve/tenants.h"
 #include "serve/unix_socket.h"
 
@@ -42,22 +43,6 @@ class FlatStore;
 }
 
 namespace flatcake::serve {
-
-// The request bodies of the protocol, for observers (metrics label requests by them).
-enum class RequestKind : uint8_t {
-  kHello,
-  kLookup,
-  kExists,
-  kReserveWrite,
-  kPublishWrite,
-  kAbortWrite,
-  kPinRead,
-  kUnpin,
-  kStats,
-  kUnknown,  // a body this build does not know
-};
-// "hello", "lookup", "exists", "reserve_write", ..., "unknown".
-std::string_view RequestKindName(RequestKind kind);
 
 // Who is at the other end of a connection.
 struct ClientIdentity {
@@ -78,9 +63,18 @@ class DaemonObserver {
   // client", "bad frame: ...", "daemon shutting down").
   virtual void OnClientClosed(const ClientIdentity& client, std::string_view reason) {}
   // A request was served (its reply or Error sent or queued); `ok`: not an Error.
-  virtual void OnRequest(const ClientIdentity& client, RequestKind kind, bool ok) {}
-  // A connection was closed for breaking the protocol (not a frame, no Hello first, ...).
-  virtual void OnProtocolError(const ClientIdentity& client, std::string_view reason) {}
+  virtual void OnRequest(const ClientIdentity& client, RequestType type, bool ok) {}
+  // A frame or a connection was refused for breaking the protocol, or a peer for its
+  // credentials or for max_clients: `error` classifies it, `reason` is for a person. The
+  // connection is closed, except for a whole frame whose request is refused with an Error
+  // (kInvalidRequest, kUnknownRequest, a second Hello).
+  virtual void OnProtocolError(const ClientIdentity& client, ProtocolError error,
+                               std::string_view reason) {}
+  // A PinRead found `dram_hits` and `ssd_hits` blocks (by the medium they lie on) and missed
+  // `misses`.
+  virtual void OnPinRead(uint64_t dram_hits, uint64_t ssd_hits, uint64_t misses) {}
+  // FC-MAS admitted a PinRead whose reads need SSD after `seconds` in its queue.
+  virtual void ObserveQueueWait(double seconds) {}
   // A client's restore through a pin ended (Unpin): from the PinRead request to the Unpin, by
   // the slowest medium of its hits.
   virtual void ObserveRestore(MediaType medium, double seconds) {}

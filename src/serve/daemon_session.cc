@@ -18,20 +18,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-RequestKind KindOf(const rpc::Request& r) {
-  switch (r.body_case()) {
-    case rpc::Request::kHello: return RequestKind::kHello;
-    case rpc::Request::kLookup: return RequestKind::kLookup;
-    case rpc::Request::kExists: return RequestKind::kExists;
-    case rpc::Request::kReserveWrite: return RequestKind::kReserveWrite;
-    case rpc::Request::kPublishWrite: return RequestKind::kPublishWrite;
-    case rpc::Request::kAbortWrite: return RequestKind::kAbortWrite;
-    case rpc::Request::kPinRead: return RequestKind::kPinRead;
-    case rpc::Request::kUnpin: return RequestKind::kUnpin;
-    case rpc::Request::kStats: return RequestKind::kStats;
-    case rpc::Request::BODY_NOT_SET: break;
+// Which protocol error a frame that RecvFrame or ParseRequest refused is (serve/wire.h says
+// what each code means there).
+ProtocolError FrameErrorOf(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kInvalidArgument: return ProtocolError::kFrameTooLarge;
+    case StatusCode::kUnsupported: return ProtocolError::kBadVersion;
+    case StatusCode::kDeadlineExceeded: return ProtocolError::kTimeout;
+    default: return ProtocolError::kBadFrame;
   }
-  return RequestKind::kUnknown;
 }
 
 // A peer's bytes as they may stand in a log line: printable ASCII, the rest as '?'.
@@ -76,45 +71,48 @@ std::string ClientSession::Who() const {
 
 void ClientSession::Run() {
   reader_thread_ = std::this_thread::get_id();
-  bool protocol_error = false;
-  const Status hello = Handshake(&protocol_error);
+  std::optional<ProtocolError> error;
+  const Status hello = Handshake(&error);
   std::string reason;
   if (hello.ok()) {
     writer_ = std::thread([this] { WriterLoop(); });
     ctx_.observer->OnClientConnected(id_);
+    ctx_.observer->OnRequest(id_, RequestType::kHello, true);
     Logf(LogLevel::kInfo, "%s: connected, name '%s', protocol %u", Who().c_str(),
          Printable(id_.name).c_str(), version_);
-    reason = Serve(&protocol_error);
+    reason = Serve(&error);
   } else {
     reason = hello.ToString();
   }
-  Close(reason, protocol_error, hello.ok());
+  Close(reason, error, hello.ok());
   finished_.store(true, std::memory_order_release);
 }
 
-Status ClientSession::Handshake(bool* protocol_error) {
+Status ClientSession::Handshake(std::optional<ProtocolError>* error) {
   FC_ASSIGN_OR_RETURN(id_.peer, GetPeerCredentials(fd_.get()));
   version_ = kProtocolVersion;  // for an Error before the versions are settled
   auto frame = RecvFrame(fd_.get(), kHelloFrameLimits, ctx_.options->hello_timeout);
   if (!frame.ok()) {
-    const StatusCode code = frame.status().code();
-    *protocol_error = code != StatusCode::kAborted && code != StatusCode::kDeadlineExceeded;
+    // A client that closes before Hello merely went away.
+    if (frame.status().code() != StatusCode::kAborted) *error = FrameErrorOf(frame.status());
     return frame.status().WithContext("before Hello");
   }
   version_ = std::clamp(frame->header.version, kMinProtocolVersion, kProtocolVersion);
   auto request = ParseRequest(frame->payload);
   if (!request.ok()) {
-    *protocol_error = true;
+    *error = ProtocolError::kBadFrame;
     return request.status().WithContext("before Hello");
   }
   const uint64_t rid = request->id();
   if (request->body_case() != rpc::Request::kHello) {
-    *protocol_error = true;
+    *error = ProtocolError::kNoHello;
     const Status st = Status::InvalidArgument("the first request must be Hello");
     SendError(rid, st);
     return st;
   }
   if (Status valid = ValidateRequest(*request); !valid.ok()) {
+    *error = valid.code() == StatusCode::kUnsupported ? ProtocolError::kUnknownRequest
+                                                      : ProtocolError::kInvalidRequest;
     SendError(rid, valid);
     return valid;
   }
@@ -127,6 +125,7 @@ Status ClientSession::Handshake(bool* protocol_error) {
   }
   if (!allowed.ok()) {
     Logf(LogLevel::kWarning, "%s: refused: %s", Who().c_str(), allowed.ToString().c_str());
+    *error = ProtocolError::kPeerRefused;
     SendError(rid, allowed);
     return allowed;
   }
@@ -138,6 +137,7 @@ Status ClientSession::Handshake(bool* protocol_error) {
         std::to_string(hello.protocol_version()) + ", this daemon " +
         std::to_string(kMinProtocolVersion) + ".." + std::to_string(kProtocolVersion));
     Logf(LogLevel::kWarning, "%s: refused: %s", Who().c_str(), st.ToString().c_str());
+    *error = ProtocolError::kBadVersion;
     SendError(rid, st);
     return st;
   }
@@ -156,7 +156,7 @@ Status ClientSession::Handshake(bool* protocol_error) {
   return Send(reply, ctx_.arena_fd >= 0 ? std::span<const int>(arena) : std::span<const int>());
 }
 
-std::string ClientSession::Serve(bool* protocol_error) {
+std::string ClientSession::Serve(std::optional<ProtocolError>* error) {
   const FrameLimits limits{version_, version_, kMaxRequestPayloadBytes};
   for (;;) {
     auto frame = RecvFrame(fd_.get(), limits);
@@ -165,14 +165,14 @@ std::string ClientSession::Serve(bool* protocol_error) {
       if (stop_reading_.load()) return "daemon shutting down";
       if (broken_.load()) return "the client does not take its replies";
       if (st.code() == StatusCode::kAborted) return "closed by the client";
-      *protocol_error = true;
+      *error = FrameErrorOf(st);
       // A frame of another version was whole as far as its header goes; its id is unknown.
       if (st.code() == StatusCode::kUnsupported) SendError(0, st);
       return "bad frame: " + st.ToString();
     }
     auto request = ParseRequest(frame->payload);
     if (!request.ok()) {
-      *protocol_error = true;
+      *error = ProtocolError::kBadFrame;
       return "bad frame: " + request.status().ToString();
     }
     if (!frame->fds.empty()) {
@@ -180,7 +180,12 @@ std::string ClientSession::Serve(bool* protocol_error) {
            frame->fds.size(), static_cast<unsigned long>(request->id()));
     }
     if (Status valid = ValidateRequest(*request); !valid.ok()) {
-      ctx_.observer->OnRequest(id_, KindOf(*request), false);
+      ctx_.observer->OnRequest(id_, RequestTypeOf(*request), false);
+      ctx_.observer->OnProtocolError(id_,
+                                     valid.code() == StatusCode::kUnsupported
+                                         ? ProtocolError::kUnknownRequest
+                                         : ProtocolError::kInvalidRequest,
+                                     valid.message());
       SendError(request->id(), valid);
     } else {
       Dispatch(*request);
@@ -203,10 +208,13 @@ void ClientSession::Dispatch(const rpc::Request& request) {
     case rpc::Request::kPinRead: st = HandlePinRead(request, &out, &deferred); break;
     case rpc::Request::kUnpin: st = HandleUnpin(request.unpin(), &out); break;
     case rpc::Request::kStats: *out.mutable_stats() = ToRpc(store_.GetStats()); break;
-    case rpc::Request::kHello: st = Status::InvalidArgument("Hello was sent already"); break;
+    case rpc::Request::kHello:
+      st = Status::InvalidArgument("Hello was sent already");
+      ctx_.observer->OnProtocolError(id_, ProtocolError::kNoHello, st.message());
+      break;
     case rpc::Request::BODY_NOT_SET: st = Status::Unsupported("no body"); break;
   }
-  ctx_.observer->OnRequest(id_, KindOf(request), st.ok());
+  ctx_.observer->OnRequest(id_, RequestTypeOf(request), st.ok());
   if (!st.ok()) {
     SendError(request.id(), st);
   } else if (!deferred) {
@@ -367,6 +375,9 @@ Status ClientSession::HandlePinRead(const rpc::Request& request, rpc::Response* 
     if (h.key == leading) ++leading;  // hits come in key order
   }
   reply->set_leading_hits(leading);
+  uint64_t hits_on[2] = {0, 0};  // by MediaType's number
+  for (const PinnedHit& h : pin.hits) ++hits_on[h.medium == MediaType::kSsd ? 1 : 0];
+  ctx_.observer->OnPinRead(hits_on[0], hits_on[1], keys.size() - pin.hits.size());
   if (pin.id == 0) return Status::OK();
 
   const MediaType slowest = pin.ssd_bytes > 0 ? MediaType::kSsd : MediaType::kDram;
@@ -384,8 +395,12 @@ Status ClientSession::HandlePinRead(const rpc::Request& request, rpc::Response* 
     if (admitted.ok()) {
       o.response = std::move(*response);
       // Only SSD reads wait for the window; DRAM-ready pins are admitted as they arrive.
-      const int64_t queued = slowest == MediaType::kSsd ? SteadyNowNs() - arrival : 0;
-      o.response.mutable_pin_read()->set_queued_ns(std::max<int64_t>(0, queued));
+      const int64_t queued =
+          slowest == MediaType::kSsd ? std::max<int64_t>(0, SteadyNowNs() - arrival) : 0;
+      o.response.mutable_pin_read()->set_queued_ns(queued);
+      if (slowest == MediaType::kSsd) {
+        self->ctx_.observer->ObserveQueueWait(static_cast<double>(queued) * 1e-9);
+      }
     } else {
       o.response.set_id(response->id());
       *o.response.mutable_error() = ToRpc(admitted.WithContext("pin read"));
@@ -523,7 +538,8 @@ void ClientSession::StopReading(Clock::time_point deadline) {
   ::shutdown(fd_.get(), SHUT_RD);
 }
 
-void ClientSession::Close(const std::string& reason, bool protocol_error, bool greeted) {
+void ClientSession::Close(const std::string& reason, std::optional<ProtocolError> error,
+                          bool greeted) {
   if (stop_reading_.load()) {
     // Shutdown: PinReads that wait for FC-MAS get until the deadline to be admitted and answered.
     MutexLock lock(mu_);
@@ -543,12 +559,12 @@ void ClientSession::Close(const std::string& reason, bool protocol_error, bool g
   for (const auto& [id, r] : unpublished) ctx_.ledger->Unreserve(id_.tenant, r.medium, r.bytes);
   if (writer_.joinable()) writer_.join();  // after sending what was queued
   ::shutdown(fd_.get(), SHUT_RDWR);
-  const LogLevel level = protocol_error ? LogLevel::kWarning : LogLevel::kInfo;
-  if (greeted || protocol_error || LogEnabled(LogLevel::kDebug)) {
+  const LogLevel level = error ? LogLevel::kWarning : LogLevel::kInfo;
+  if (greeted || error || LogEnabled(LogLevel::kDebug)) {
     Logf(level, "%s: closed: %s; released %u reservations, %u pins", Who().c_str(), reason.c_str(),
          released.writes, released.pins);
   }
-  if (protocol_error) ctx_.observer->OnProtocolError(id_, reason);
+  if (error) ctx_.observer->OnProtocolError(id_, *error, reason);
   ctx_.observer->OnClientClosed(id_, reason);
 }
 

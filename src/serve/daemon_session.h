@@ -88,13 +88,14 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   };
 
   // Peer check and Hello. OK once the connection speaks version_; else the reason to close it
-  // (the refusal sent). *protocol_error: the peer broke the protocol (not merely refused).
-  Status Handshake(bool* protocol_error);
-  // The request loop; returns the reason it ended.
-  std::string Serve(bool* protocol_error);
+  // (the refusal sent). *error: set when the peer broke the protocol or was refused (not when it
+  // merely went away).
+  Status Handshake(std::optional<ProtocolError>* error);
+  // The request loop; returns the reason it ended, *error set when a broken frame ended it.
+  std::string Serve(std::optional<ProtocolError>* error);
   // Ends the connection: waits for admissions in flight (shutdown only), releases the leases,
   // stops the writer, logs and tells the observer. `greeted`: Hello was accepted.
-  void Close(const std::string& reason, bool protocol_error, bool greeted);
+  void Close(const std::string& reason, std::optional<ProtocolError> error, bool greeted);
 
   // The handlers: each fills `out` (its reply) or returns the Error to send.
   Status HandleLookup(const rpc::Lookup& req, rpc::Response* out);

@@ -35,10 +35,12 @@ class CountingObserver final : public DaemonObserver {
  public:
   void OnClientConnected(const ClientIdentity&) override { connected++; }
   void OnClientClosed(const ClientIdentity&, std::string_view) override { closed++; }
-  void OnRequest(const ClientIdentity&, RequestKind kind, bool ok) override {
+  void OnRequest(const ClientIdentity&, RequestType, bool ok) override {
     (ok ? requests_ok : requests_failed)++;
   }
-  void OnProtocolError(const ClientIdentity&, std::string_view) override { protocol_errors++; }
+  void OnProtocolError(const ClientIdentity&, ProtocolError, std::string_view) override {
+    protocol_errors++;
+  }
   void ObserveRestore(MediaType, double seconds) override { restores++; }
 
   std::atomic<int> connected{0}, closed{0}, requests_ok{0}, requests_failed{0}, protocol_errors{0},

@@ -9,10 +9,10 @@
 //    *_total metrics) keep the last value seen and add the difference, so that rate() works and
 //    a counter never goes down. A value below the last one (the store behind the metrics was
 //    replaced) counts in whole as the increment. Levels (capacity, use, live blocks) are gauges.
-//  - the daemon's events: connections, requests, protocol errors, pins and their reads, restore
-//    and queue times, per-tenant use and quotas. What the store cannot know (its clients read
-//    and write the bytes themselves) comes from here: hits by medium at PinRead, bytes read and
-//    checksum failures reported at Unpin.
+//  - the daemon's events: connections, requests, protocol errors, pins, restore and queue
+//    times, per-tenant use and quotas; hits by medium at PinRead. The bytes a client read come
+//    through the store (its Unpin report, FlatStore::RecordLeaseRead), or through
+//    OnClientReads for a store that does not count them.
 //
 // Label values are bounded: media (dram, ssd), request types and protocol error reasons are
 // the enums below; tenants are those seen first, at most kMaxTenantLabels of them, and every
@@ -35,48 +35,9 @@
 #include "flatcake/gva.h"
 #include "flatcake/status.h"
 #include "flatcake/store.h"
-
-namespace flatcake::rpc {
-class Request;
-}  // namespace flatcake::rpc
+#include "serve/daemon_events.h"
 
 namespace flatcake::serve {
-
-// The request types of the protocol (rpc::Request's bodies), the label type= of
-// flatcake_requests_total.
-enum class RequestType : uint8_t {
-  kHello,
-  kLookup,
-  kExists,
-  kReserveWrite,
-  kPublishWrite,
-  kAbortWrite,
-  kPinRead,
-  kUnpin,
-  kStats,
-  kUnknown,  // a body this build does not know (answered Unsupported)
-};
-inline constexpr std::array<std::string_view, 10> kRequestTypeNames = {
-    "hello",       "lookup",   "exists", "reserve_write", "publish_write",
-    "abort_write", "pin_read", "unpin",  "stats",         "unknown"};
-RequestType RequestTypeOf(const rpc::Request& request);
-
-// Why the daemon refused a frame or a connection: the label reason= of
-// flatcake_protocol_errors_total. The wire.h Status codes say which applies.
-enum class ProtocolError : uint8_t {
-  kBadFrame,        // not a frame: bad magic or flags, truncated, trailing bytes, unparsable
-  kFrameTooLarge,   // a length past the frame limit
-  kBadVersion,      // a protocol version outside the accepted range
-  kInvalidRequest,  // a whole frame whose content ValidateRequest refuses
-  kUnknownRequest,  // a request body this build does not know
-  kNoHello,         // a request before Hello, or a second Hello
-  kPeerRefused,     // the allow-list refused the peer's credentials
-  kTooManyClients,  // max_clients connections were open already
-  kTimeout,         // a frame did not arrive (or leave) within its timeout
-};
-inline constexpr std::array<std::string_view, 9> kProtocolErrorNames = {
-    "bad_frame", "frame_too_large", "bad_version",      "invalid_request", "unknown_request",
-    "no_hello",  "peer_refused",    "too_many_clients", "timeout"};
 
 inline constexpr std::array<std::string_view, 2> kMediumLabels = {"dram", "ssd"};  // by MediaType
 inline constexpr size_t kMaxTenantLabels = 256;
@@ -117,14 +78,6 @@ inline constexpr std::string_view kRecoveredBytes = "flatcake_recovered_bytes";
 inline constexpr std::string_view kRecoverySeconds = "flatcake_recovery_seconds";
 }  // namespace metric
 
-// What a client's reads of one pin did, as its Unpin reports them.
-struct ClientReads {
-  uint64_t bytes_from_dram = 0;  // delivered from the arena
-  uint64_t bytes_from_ssd = 0;   // delivered from the pool files
-  uint64_t ssd_bytes_read = 0;   // read from the pool files, gaps and alignment included
-  uint32_t corrupt = 0;          // blocks whose checksum did not match
-};
-
 class DaemonMetrics {
  public:
   // Whether this build has the Prometheus endpoint (prometheus-cpp was found).
@@ -153,7 +106,9 @@ class DaemonMetrics {
   // Where Update's snapshots can come from: with a source set, each scrape (and Render) calls
   // it and Update with its result first, so that the store's figures are those of the moment
   // of the scrape and no timer is needed. It runs on the scraping thread (the endpoint's), so it
-  // must be thread-safe (Store::GetStats is) and must not call this object. Empty: none.
+  // must be thread-safe (Store::GetStats is). It is called without this object's lock held, so
+  // it may set the figures the store does not have (SetTenantUsage, from the daemon's ledger),
+  // but it must not call Render or SetStoreSource. Empty: none.
   void SetStoreSource(std::function<StoreStats()> source);
   // What recovery at open rebuilt (StoreInfo's recovered_* and recovery_seconds).
   void SetRecovery(const StoreInfo& info);
@@ -169,7 +124,9 @@ class DaemonMetrics {
   // `misses`.
   void OnPinRead(uint64_t dram_hits, uint64_t ssd_hits, uint64_t misses);
   // A client's reads of a pin, from its Unpin: added to the bytes read and delivered per medium
-  // and to the checksum failures.
+  // and to the checksum failures. Only for a store that does not count its clients' reads
+  // itself: `flatcake serve`'s does (FlatStore::RecordLeaseRead at Unpin, in its StoreStats), so
+  // the daemon does not call this.
   void OnClientReads(const ClientReads& reads);
   // One restore of `medium` (its slowest medium) took `seconds`, from PinRead to Unpin.
   void ObserveRestore(MediaType medium, double seconds);

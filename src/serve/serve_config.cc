@@ -24,6 +24,10 @@ constexpr ServeSettingSpec kSettings[] = {
      .flag = "--socket",
      .help = "The Unix socket clients connect to (required: here or --socket). A live daemon "
              "on it is refused; a stale socket file is replaced."},
+    {.key = "socket_mode",
+     .flag = "--socket-mode",
+     .help = "The socket's file mode, octal: who may connect at all ([allow] still decides). To "
+             "admit a group, list it in [allow] and open the mode (\"0660\") to it."},
     {.key = "metrics_addr",
      .flag = "--metrics-addr",
      .help = "HOST:PORT of the Prometheus metrics endpoint (GET /metrics, no authentication: "
@@ -87,6 +91,11 @@ class ConfigReader {
         FC_RETURN_IF_ERROR(ReadTenants(*t, &config->tenants));
       } else if (name == "socket") {
         FC_ASSIGN_OR_RETURN(config->socket_path, String(node, name));
+      } else if (name == "socket_mode") {
+        FC_ASSIGN_OR_RETURN(const std::string text, String(node, name));
+        const Result<mode_t> mode = ParseFileMode(text);
+        if (!mode.ok()) return error_(node.source(), "socket_mode: " + Message(mode.status()));
+        config->socket_mode = *mode;
       } else if (name == "metrics_addr") {
         FC_ASSIGN_OR_RETURN(config->metrics_addr, String(node, name));
         if (!config->metrics_addr.empty()) {
@@ -385,6 +394,7 @@ Result<ServeConfig> LoadServeConfig(const std::string& path) {
 Status ApplyOverrides(const ServeOverrides& overrides, ServeConfig* config) {
   ServeConfig out = *config;
   if (overrides.socket_path) out.socket_path = *overrides.socket_path;
+  if (overrides.socket_mode) out.socket_mode = *overrides.socket_mode;
   if (overrides.metrics_addr) out.metrics_addr = *overrides.metrics_addr;
   if (overrides.allow) out.allow = *overrides.allow;
   if (overrides.max_clients) out.max_clients = *overrides.max_clients;
@@ -400,6 +410,26 @@ Status ApplyOverrides(const ServeOverrides& overrides, ServeConfig* config) {
   }
   *config = std::move(out);
   return Status::OK();
+}
+
+Result<mode_t> ParseFileMode(std::string_view text) {
+  mode_t mode = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '7' || mode > 0777) {
+      return Status::InvalidArgument("'" + std::string(text) + "' is no octal file mode");
+    }
+    mode = (mode << 3) | static_cast<mode_t>(c - '0');
+  }
+  if (text.empty() || mode > 0777) {
+    return Status::InvalidArgument("'" + std::string(text) + "' is no file mode of 0 to 0777");
+  }
+  return mode;
+}
+
+std::string FileModeText(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof(text), "%04o", static_cast<unsigned>(mode));
+  return text;
 }
 
 Status ValidateServeConfig(const ServeConfig& config) {
@@ -443,6 +473,7 @@ std::string RenderServeConfigToml() {
       "# Generated from the option tables (src/serve/serve_config.cc, src/core/option_table.cc)\n"
       "# by RenderServeConfigToml; serve_config_test fails when this file differs.\n\n";
   out += Setting("socket", Quote(defaults.socket_path)) + "\n";
+  out += Setting("socket_mode", Quote(FileModeText(defaults.socket_mode))) + "\n";
   out += Setting("metrics_addr", Quote(defaults.metrics_addr)) + "\n";
   out += Setting("max_clients", std::to_string(defaults.max_clients)) + "\n";
   out += Setting("log_level", Quote(LogLevelName(defaults.log_level))) + "\n";
@@ -450,7 +481,8 @@ std::string RenderServeConfigToml() {
   out += Comment(
       "Who may connect, by the peer's credentials (SO_PEERCRED): a peer whose uid, or whose "
       "effective gid, is listed (supplementary groups are not seen). Without this table: the "
-      "daemon's own uid only. With it: exactly the ids listed, root included only if listed.");
+      "daemon's own uid only. With it: exactly the ids listed, root included only if listed. "
+      "Flags: --allow-uid, --allow-gid (repeatable; given, they replace the table).");
   out += "# [allow]\n# uids = [1000]\n# gids = []\n\n";
 
   out += Comment(

@@ -14,6 +14,8 @@
 // Values and pure functions: thread-safe.
 #pragma once
 
+#include <sys/types.h>
+
 #include <array>
 #include <cstdint>
 #include <map>
@@ -27,21 +29,10 @@
 #include "flatcake/options.h"
 #include "flatcake/status.h"
 #include "serve/serve_log.h"
+#include "serve/tenants.h"
 #include "serve/unix_socket.h"
 
 namespace flatcake::serve {
-
-// A tenant's capacity on each medium, in bytes of segment footprint; 0 is no limit beyond the
-// medium's own.
-struct TenantQuota {
-  uint64_t dram_bytes = 0;
-  uint64_t ssd_bytes = 0;
-
-  uint64_t bytes(MediaType medium) const {
-    return medium == MediaType::kSsd ? ssd_bytes : dram_bytes;
-  }
-  bool operator==(const TenantQuota&) const = default;
-};
 
 inline constexpr uint32_t kDefaultMaxClients = 256;
 inline constexpr uint32_t kMaxMaxClients = 65536;
@@ -50,6 +41,8 @@ struct ServeConfig {
   StoreOptions store;
   // The Unix socket clients connect to. Required (no default): the file or --socket.
   std::string socket_path;
+  // The socket's file mode: who may connect at all (the allow-list still decides).
+  mode_t socket_mode = 0600;
   // HOST:PORT of the Prometheus endpoint (GET /metrics); empty: none.
   std::string metrics_addr;
   // Who may connect (SO_PEERCRED). The default admits the daemon's own effective uid only; a
@@ -92,6 +85,7 @@ Result<ServeConfig> LoadServeConfig(const std::string& path);
 // given in `store_given` (cli::GivenStoreFlags).
 struct ServeOverrides {
   std::optional<std::string> socket_path;
+  std::optional<mode_t> socket_mode;
   std::optional<std::string> metrics_addr;
   std::optional<PeerAllowList> allow;
   std::optional<uint32_t> max_clients;
@@ -103,6 +97,12 @@ struct ServeOverrides {
 // line (--ssd-dir) replaces the file's list, it does not add to it. InvalidArgument, leaving
 // `config` unchanged, for a name in store_given that is no store option.
 Status ApplyOverrides(const ServeOverrides& overrides, ServeConfig* config);
+
+// A file mode written in octal ("0600", "660"), as socket_mode and --socket-mode take it.
+// InvalidArgument for anything else or a mode past 0777.
+Result<mode_t> ParseFileMode(std::string_view text);
+// "0600".
+std::string FileModeText(mode_t mode);
 
 // Checks the configuration as a whole: a socket path that fits a Unix socket address, a
 // metrics address of the form HOST:PORT, an allow-list that admits someone, valid tenant names,

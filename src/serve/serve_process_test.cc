@@ -12,15 +12,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "serve/http_get.h"
+#include "serve/prom_text.h"
 #include "serve/remote_store.h"
+#include "serve/serve_config.h"
 #include "serve/unix_socket.h"
 #include "serve/wire.h"
 #include "testing/daemon_fixture.h"
@@ -83,6 +89,15 @@ class Child {
       if (n <= 0) return "";
       buf_.append(chunk, static_cast<size_t>(n));
     }
+  }
+  // The rest of its stdout, up to its end.
+  std::string ReadAll() {
+    char chunk[4096];
+    for (ssize_t n; (n = ::read(out_, chunk, sizeof(chunk))) != 0;) {
+      if (n < 0 && errno != EINTR) break;
+      if (n > 0) buf_.append(chunk, static_cast<size_t>(n));
+    }
+    return std::exchange(buf_, {});
   }
   void Kill(int sig) { ::kill(pid_, sig); }
   // Its exit status, waiting at most `timeout` (then it is killed: -1).
@@ -303,9 +318,75 @@ TEST_F(ServeProcessTest, SigtermShutsDownCleanly) {
   EXPECT_EQ(daemon->Wait(), 0);
   EXPECT_NE(::access(Socket().c_str(), F_OK), 0);
   EXPECT_NE(ReadFile(Log()).find("shut down"), std::string::npos);
-  Child unsupported({FLATCAKE_BINARY, "serve", "--socket", Socket(), "--config", "x.toml"},
-                    dir_.File("second.log"));
-  EXPECT_NE(unsupported.Wait(), 0);
+  Child no_file({FLATCAKE_BINARY, "serve", "--socket", Socket(), "--config", "x.toml"},
+                dir_.File("second.log"));
+  EXPECT_EQ(no_file.Wait(), 1);
+}
+
+// The file gives the socket, the store and the metrics endpoint; a flag overrides one of its
+// values (the log level: the file's "error" would hide the lines this test waits for).
+TEST_F(ServeProcessTest, AConfigFileServesAndTheMetricsShowTheLoad) {
+  const std::string config = dir_.File("node.toml");
+  std::ofstream(config) << "socket = \"" << Socket() << "\"\n"
+                        << "metrics_addr = \"127.0.0.1:0\"\n"
+                        << "log_level = \"error\"\n"
+                        << "[store]\ndram_bytes = \"8MiB\"\nio_engine = \"posix\"\n"
+                        << "max_scopes = 256\n"
+                        << "[tenants.t]\ndram_bytes = \"4MiB\"\n";
+  auto daemon = StartDaemon({FLATCAKE_BINARY, "serve", "--config", config, "--log-level", "info"});
+  ASSERT_NE(daemon, nullptr);
+  // "metrics at http://127.0.0.1:PORT/metrics": the port the kernel chose.
+  const std::string log = ReadFile(Log());
+  const size_t at = log.find("metrics at http://127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << log;
+  HostPort endpoint{"127.0.0.1", static_cast<uint16_t>(std::atoi(log.c_str() + at + 28))};
+  ASSERT_NE(endpoint.port, 0) << log;
+
+  auto me = testing::ConnectClient(Socket(), "t");
+  ASSERT_NE(me, nullptr);
+  const std::vector<Key> keys = MakeKeys(60, 0, 4);
+  ASSERT_TRUE(testing::PutBlocks(*me, keys, MediaType::kDram).ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(testing::ServedBlocks(*me, keys, kServeLayout), testing::AllOf(4, 1));
+  }
+
+  auto got = HttpGet(endpoint, "/metrics", std::chrono::milliseconds(5000));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->status, 200);
+  auto text = PromText::Parse(got->body);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  std::printf("%s", got->body.c_str());
+  EXPECT_EQ(text->Sum("flatcake_clients", {{"tenant", "t"}}), 1);
+  EXPECT_EQ(text->Sum("flatcake_connections_total"), 1);
+  EXPECT_EQ(text->Sum("flatcake_requests_total", {{"type", "hello"}}), 1);
+  EXPECT_GE(text->Sum("flatcake_requests_total", {{"type", "reserve_write"}}), 1);
+  EXPECT_GE(text->Sum("flatcake_requests_total", {{"type", "publish_write"}}), 1);
+  EXPECT_EQ(text->Sum("flatcake_requests_total", {{"type", "pin_read"}}), 3);
+  EXPECT_EQ(text->Sum("flatcake_requests_total", {{"type", "unpin"}}), 3);
+  EXPECT_EQ(text->Sum("flatcake_hits_total", {{"medium", "dram"}}), 12);
+  const double block_bytes = static_cast<double>(kServeLayout.block_bytes());
+  EXPECT_EQ(text->Sum("flatcake_delivered_bytes_total", {{"medium", "dram"}}), 12 * block_bytes);
+  EXPECT_GE(text->Sum("flatcake_written_bytes_total", {{"medium", "dram"}}), 4 * block_bytes);
+  EXPECT_EQ(text->Sum("flatcake_restore_seconds_count", {{"medium", "dram"}}), 3);
+  EXPECT_GT(text->Sum("flatcake_restore_seconds_sum", {{"medium", "dram"}}), 0);
+  EXPECT_GE(text->Sum("flatcake_tenant_used_bytes", {{"tenant", "t"}, {"medium", "dram"}}),
+            4 * block_bytes);
+  EXPECT_EQ(text->Sum("flatcake_tenant_quota_bytes", {{"tenant", "t"}, {"medium", "dram"}}),
+            4.0 * 1024 * 1024);
+  me.reset();
+  daemon->Kill(SIGTERM);
+  EXPECT_EQ(daemon->Wait(), 0);
+}
+
+TEST_F(ServeProcessTest, PrintConfigWritesAFileThatParsesToTheDefaults) {
+  Child print({FLATCAKE_BINARY, "serve", "--print-config"}, Log());
+  const std::string toml = print.ReadAll();
+  EXPECT_EQ(print.Wait(), 0);
+  EXPECT_EQ(toml, RenderServeConfigToml());
+  auto parsed = ParseServeConfig(toml, "--print-config");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->socket_mode, ServeConfig{}.socket_mode);
+  EXPECT_EQ(parsed->max_clients, ServeConfig{}.max_clients);
 }
 
 }  // namespace

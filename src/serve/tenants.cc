@@ -63,7 +63,7 @@ Status TenantLedger::Reserve(std::string_view tenant, MediaType medium, uint64_t
   const int m = static_cast<int>(medium);
   MutexLock lock(mu_);
   Account& a = AccountOf(tenant);
-  const uint64_t quota = a.quota.of(medium);
+  const uint64_t quota = a.quota.bytes(medium);
   const uint64_t held = a.used[m] + a.reserved[m];
   if (quota != 0 && (held > quota || bytes > quota - held)) {
     return Status::NoSpace("tenant '" + std::string(tenant) + "' would exceed its " +

@@ -56,11 +56,16 @@ class TenantNamespace {
 };
 
 // Bytes a tenant may occupy per medium; 0: no limit.
+// A tenant's capacity on each medium, in bytes of segment footprint; 0 is no limit beyond the
+// medium's own. (The daemon's configuration, serve_config.h, names them per tenant.)
 struct TenantQuota {
   uint64_t dram_bytes = 0;
   uint64_t ssd_bytes = 0;
 
-  uint64_t of(MediaType m) const { return m == MediaType::kDram ? dram_bytes : ssd_bytes; }
+  uint64_t bytes(MediaType medium) const {
+    return medium == MediaType::kSsd ? ssd_bytes : dram_bytes;
+  }
+  bool operator==(const TenantQuota&) const = default;
 };
 
 struct TenantUsage {

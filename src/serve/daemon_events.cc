@@ -1,6 +1,6 @@
-// The parts of serve/metrics.h that do not depend on prometheus-cpp, built either way.
+#include "serve/daemon_events.h"
+
 #include "serve/flatcake_rpc.pb.h"
-#include "serve/metrics.h"
 
 namespace flatcake::serve {
 
