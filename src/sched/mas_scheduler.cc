@@ -115,6 +115,8 @@ MasSchedulerStats MasScheduler::stats() const {
   MutexLock lock(mu_);
   MasSchedulerStats s = stats_;
   s.peak_in_flight_bytes = queue_.peak_in_flight_bytes();
+  s.waiting_ssd = queue_.pending_ssd();
+  s.in_flight = queue_.in_flight();
   return s;
 }
 

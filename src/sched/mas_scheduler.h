@@ -56,6 +56,10 @@ struct MasSchedulerStats {
   uint64_t prefetches_failed = 0;
   uint64_t popped = 0;
   uint64_t peak_in_flight_bytes = 0;
+  // Now: SSD-preparing requests waiting for the read window, and prefetches admitted into it and
+  // not yet complete.
+  uint64_t waiting_ssd = 0;
+  uint64_t in_flight = 0;
 };
 
 class MasScheduler {

@@ -48,6 +48,8 @@ void WatchDaemon(Daemon& daemon, const std::map<std::string, TenantQuota, std::l
         metrics->SetTenantQuota(u.tenant, m, u.quota.bytes(m));
       }
     }
+    const FlatStore::RestoreQueueDepth q = daemon.store().restore_queue_depth();
+    metrics->SetRestoreQueue(q.waiting, q.admitted);
     return daemon.store().GetStats();
   });
 }

@@ -518,4 +518,10 @@ StoreStats FlatStore::GetStats() const {
   return st;
 }
 
+FlatStore::RestoreQueueDepth FlatStore::restore_queue_depth() const {
+  if (!sched_) return {};
+  const MasSchedulerStats s = sched_->stats();
+  return {s.waiting_ssd, s.in_flight};
+}
+
 }  // namespace flatcake

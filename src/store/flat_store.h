@@ -147,6 +147,14 @@ class FlatStore final : public Store, private ScopeHost {
   void SetScopeReleaseListener(
       std::function<void(uint32_t id, uint32_t gen, MediaType medium)> listener) EXCLUDES(mu_);
 
+  // FC-MAS now: SSD restores waiting for the read window, and those admitted into it whose reads
+  // are not done (embedded restores and owners' reads alike). Zeros without SSD.
+  struct RestoreQueueDepth {
+    uint64_t waiting = 0;
+    uint64_t admitted = 0;
+  };
+  RestoreQueueDepth restore_queue_depth() const;
+
   struct ReleasedLeases {
     uint32_t writes = 0;  // reservations aborted
     uint32_t pins = 0;    // pins dropped

@@ -420,6 +420,8 @@ TEST_F(RemoteAdmissionTest, SsdPinsWaitForTheWindowAndDramPinsDoNot) {
   EXPECT_EQ(client_->Read(d, dram_).hits, dram_.size());
   EXPECT_TRUE(store_->FinishRead(1, d.id).ok());
   EXPECT_TRUE(told_.Of(1).empty()) << "the window is full";
+  EXPECT_EQ(store_->restore_queue_depth().waiting, 1u);   // b
+  EXPECT_EQ(store_->restore_queue_depth().admitted, 1u);  // a
 
   // The first pin's reads are done: the second is admitted.
   EXPECT_EQ(client_->Read(a, sessions_[0]).hits, kBlocks);
