@@ -100,6 +100,11 @@ struct DaemonOptions {
   std::chrono::milliseconds send_timeout{10000};
   // Shutdown waits this long for the requests in flight (PinReads waiting for FC-MAS included).
   std::chrono::milliseconds shutdown_grace{5000};
+  // A connection that ends with unpublished reservations gives their extents back only after
+  // this long (its pins go at once): a client killed with writes in flight (io_uring completes
+  // them after the process is gone) or cut off mid-copy may still land bytes there, which must
+  // not fall on a block reserved after them. 0: at once. Not applied at shutdown.
+  std::chrono::milliseconds write_quarantine{1000};
   DaemonObserver* observer = nullptr;  // not owned; outlives the daemon; null: none
 };
 

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "flatcake/clock.h"
 #include "serve/rpc_convert.h"
@@ -546,6 +548,18 @@ void ClientSession::Close(const std::string& reason, std::optional<ProtocolError
     while (admissions_pending_ > 0 && Clock::now() < shutdown_deadline_) {
       cv_.WaitUntil(mu_, shutdown_deadline_);
     }
+  }
+  std::vector<uint64_t> pin_ids;
+  bool had_writes = false;
+  {
+    MutexLock lock(mu_);
+    had_writes = !reservations_.empty();
+    for (const auto& [pin, unused] : pins_) pin_ids.push_back(pin);
+  }
+  if (had_writes && !stop_reading_.load() && ctx_.options->write_quarantine.count() > 0) {
+    // DaemonOptions::write_quarantine: the pins go now, the extents after the late writes.
+    for (uint64_t pin : pin_ids) (void)store_.Unpin(token_, pin);
+    std::this_thread::sleep_for(ctx_.options->write_quarantine);
   }
   const FlatStore::ReleasedLeases released = store_.ReleaseOwner(token_);
   std::unordered_map<uint64_t, Reservation> unpublished;

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "serve/daemon_connection.h"
@@ -68,6 +69,15 @@ std::vector<uint8_t> HelloFrame(const std::string& tenant, uint32_t version = kP
   auto f = EncodeFrame(r);
   EXPECT_TRUE(f.ok());
   return *f;
+}
+
+// A raw ReserveWrite of `keys` in DRAM, left unpublished.
+Result<rpc::Response> ReserveDram(DaemonConnection& c, const std::vector<Key>& keys) {
+  rpc::Request r;
+  r.mutable_reserve_write()->set_keys(EncodeKeys(keys));
+  *r.mutable_reserve_write()->mutable_layout() = ToRpc(kServeLayout);
+  r.mutable_reserve_write()->mutable_hints()->set_force_medium(rpc::MEDIUM_DRAM);
+  return c.Call(std::move(r), rpc::Response::kReserveWrite);
 }
 
 class DaemonTest : public ::testing::Test {
@@ -348,11 +358,7 @@ TEST_F(DaemonTest, AWriterThatGoesAwayPublishesNothingAndItsSpaceIsReused) {
   {
     auto c = DaemonConnection::Open(options_.socket_path, "t", testing::SmallClientOptions());
     ASSERT_TRUE(c.ok());
-    rpc::Request r;
-    r.mutable_reserve_write()->set_keys(EncodeKeys(keys));
-    *r.mutable_reserve_write()->mutable_layout() = ToRpc(kServeLayout);
-    r.mutable_reserve_write()->mutable_hints()->set_force_medium(rpc::MEDIUM_DRAM);
-    auto reply = (*c)->Call(std::move(r), rpc::Response::kReserveWrite);
+    auto reply = ReserveDram(**c, keys);
     ASSERT_TRUE(reply.ok()) << reply.status().ToString();
     EXPECT_GT(daemon_->store().GetStats().dram.used_bytes, used_before);
     // Half written, then the connection goes (as it does when its process dies).
@@ -367,6 +373,30 @@ TEST_F(DaemonTest, AWriterThatGoesAwayPublishesNothingAndItsSpaceIsReused) {
   EXPECT_EQ(put->written, 4u);  // the keys were free again
   EXPECT_EQ(testing::ServedBlocks(*c, keys, kServeLayout), testing::AllOf(4, 1));
   for (const TenantUsage& u : daemon_->TenantUsages()) EXPECT_EQ(u.reserved_bytes[0], 0u);
+}
+
+// DaemonOptions::write_quarantine: the extents of a writer that went away stay held for a while
+// (late writes of its ring may still land there), then come back.
+TEST_F(DaemonTest, AWriterThatGoesAwayHoldsItsExtentsForTheQuarantine) {
+  options_.write_quarantine = std::chrono::milliseconds(1500);
+  Start();
+  const uint64_t used_before = daemon_->store().GetStats().dram.used_bytes;
+  const std::vector<Key> keys = MakeKeys(8, 0, 4);
+  {
+    auto c = DaemonConnection::Open(options_.socket_path, "t", testing::SmallClientOptions());
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(ReserveDram(**c, keys).ok());
+  }
+  const auto gone = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_GT(daemon_->store().GetStats().dram.used_bytes, used_before) << "released too early";
+  EXPECT_TRUE(testing::Eventually(
+      [&] { return daemon_->store().GetStats().dram.used_bytes == used_before; }));
+  EXPECT_GE(std::chrono::steady_clock::now() - gone, std::chrono::milliseconds(1400));
+  auto c = Client();
+  auto put = PutBlocks(*c, keys, MediaType::kDram);
+  ASSERT_TRUE(put.ok());
+  EXPECT_EQ(put->written, 4u);
 }
 
 TEST_F(DaemonTest, AReaderThatGoesAwayReleasesItsPins) {
