@@ -391,20 +391,16 @@ class FlatCakeStorage(HiCacheStorage):
         return out
 
     def _open_store(self, page_size: int) -> None:
-        config = dict(self._store_config)
-        if "tokens_per_block" not in self._user_set:
-            config["tokens_per_block"] = page_size  # one block is one SGLang page
-        fingerprint = json.dumps(config, sort_keys=True)
-        workers = self.tp_size * self.pp_size * self.cp_size
-
         if self.daemon is not None:
             # The node's daemon owns the store: every worker process shares it, so an MLA
             # model's ranks 1..N find the pages rank 0 backed up.
-            fingerprint = json.dumps({"daemon": self.daemon, "tenant": self.tenant})
-            self._store = _acquire_store(
-                fingerprint, lambda: flatcake.connect(self.daemon, tenant=self.tenant))
-            self._fingerprint = fingerprint
+            self._acquire(json.dumps({"daemon": self.daemon, "tenant": self.tenant}),
+                          lambda: flatcake.connect(self.daemon, tenant=self.tenant))
             return
+        config = dict(self._store_config)
+        if "tokens_per_block" not in self._user_set:
+            config["tokens_per_block"] = page_size  # one block is one SGLang page
+        workers = self.tp_size * self.pp_size * self.cp_size
 
         def open_fn() -> flatcake.Store:
             cfg = dict(config)
@@ -431,6 +427,9 @@ class FlatCakeStorage(HiCacheStorage):
                 return store
             raise busy
 
+        self._acquire(json.dumps(config, sort_keys=True), open_fn)
+
+    def _acquire(self, fingerprint: str, open_fn) -> None:
         self._store = _acquire_store(fingerprint, open_fn)
         self._fingerprint = fingerprint
 
