@@ -187,13 +187,7 @@ Status DaemonBench::Setup() {
   serve::ClientOptions co;
   co.client_name = "bench daemon";
   co.verify_checksums = so.verify_checksums;
-  co.media.io_engine = so.io_engine;
-  co.media.io_workers = so.io_workers;
-  co.media.io_queue_depth = so.io_queue_depth;
-  co.media.read_window_bytes = so.read_window_bytes;
-  co.media.write_staging_bytes = so.write_staging_bytes;
-  co.media.max_gap_bytes = so.max_gap_bytes;
-  co.media.max_io_bytes = so.max_io_bytes;
+  co.media = MediaOptionsOf(so);
   FC_ASSIGN_OR_RETURN(client_, serve::RemoteStore::Connect(d.socket_path, kTenant, co));
 
   const serve::TenantNamespace ns(kTenant);

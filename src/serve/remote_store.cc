@@ -139,13 +139,7 @@ void RemoteStore::Describe(const DaemonConnection& c) {
   options_.ssd_file_bytes = m.geometry().file_bytes;
   options_.ssd_bytes = m.geometry().capacity();
   options_.direct_io = h.ssd_direct_io() ? DirectIoMode::kOn : DirectIoMode::kOff;
-  options_.io_engine = co.media.io_engine;
-  options_.io_workers = co.media.io_workers;
-  options_.io_queue_depth = co.media.io_queue_depth;
-  options_.read_window_bytes = co.media.read_window_bytes;
-  options_.write_staging_bytes = co.media.write_staging_bytes;
-  options_.max_gap_bytes = co.media.max_gap_bytes;
-  options_.max_io_bytes = co.media.max_io_bytes;
+  SetMediaOptions(co.media, &options_);
   options_.verify_checksums = co.verify_checksums;
 
   info_.dram_page_mode = h.dram_arena().bytes() > 0 ? h.dram_arena().page_mode() : "none";

@@ -52,4 +52,26 @@ AttachedMedia::~AttachedMedia() {
   engine_.reset();
 }
 
+AttachedMediaOptions MediaOptionsOf(const StoreOptions& o) {
+  AttachedMediaOptions m;
+  m.io_engine = o.io_engine;
+  m.io_workers = o.io_workers;
+  m.io_queue_depth = o.io_queue_depth;
+  m.read_window_bytes = o.read_window_bytes;
+  m.write_staging_bytes = o.write_staging_bytes;
+  m.max_gap_bytes = o.max_gap_bytes;
+  m.max_io_bytes = o.max_io_bytes;
+  return m;
+}
+
+void SetMediaOptions(const AttachedMediaOptions& m, StoreOptions* o) {
+  o->io_engine = m.io_engine;
+  o->io_workers = m.io_workers;
+  o->io_queue_depth = m.io_queue_depth;
+  o->read_window_bytes = m.read_window_bytes;
+  o->write_staging_bytes = m.write_staging_bytes;
+  o->max_gap_bytes = m.max_gap_bytes;
+  o->max_io_bytes = m.max_io_bytes;
+}
+
 }  // namespace flatcake

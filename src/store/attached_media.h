@@ -39,6 +39,12 @@ struct AttachedMediaOptions {
   bool populate_arena = true;
 };
 
+// The one mapping between a store's I/O settings and a client's: the options a client reads and
+// writes with when it is to move bytes as the store `o` does, and back (the StoreOptions a
+// client reports for its own).
+AttachedMediaOptions MediaOptionsOf(const StoreOptions& o);
+void SetMediaOptions(const AttachedMediaOptions& m, StoreOptions* o);
+
 class AttachedMedia {
  public:
   // Maps the arena (when media.dram_fd >= 0; the descriptor stays the caller's and may be closed
