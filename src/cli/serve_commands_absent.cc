@@ -7,15 +7,17 @@
 namespace flatcake::cli {
 namespace {
 
-void RegisterAbsent(CLI::App& app, const char* name, const char* description, int* exit_code) {
+// `command` is how the error names it: the subcommand with its parents ("bench daemon").
+void RegisterAbsent(CLI::App& app, const char* name, const char* command, const char* description,
+                    int* exit_code) {
   CLI::App* cmd = app.add_subcommand(name, description);
   cmd->allow_extras();
-  cmd->callback([name, exit_code] {
+  cmd->callback([command, exit_code] {
     std::fprintf(stderr,
                  "flatcake %s: not built: this flatcake was built without the daemon "
                  "(install libprotobuf-dev, protobuf-compiler and libtomlplusplus-dev, and "
                  "rebuild)\n",
-                 name);
+                 command);
     *exit_code = 1;
   });
 }
@@ -23,16 +25,16 @@ void RegisterAbsent(CLI::App& app, const char* name, const char* description, in
 }  // namespace
 
 void RegisterServeCommand(CLI::App& app, int* exit_code) {
-  RegisterAbsent(app, "serve", "Run the node daemon (not built)", exit_code);
+  RegisterAbsent(app, "serve", "serve", "Run the node daemon (not built)", exit_code);
 }
 
 void RegisterStatsCommand(CLI::App& app, int* exit_code) {
-  RegisterAbsent(app, "stats", "Print a running daemon's metrics (not built)", exit_code);
+  RegisterAbsent(app, "stats", "stats", "Print a running daemon's metrics (not built)", exit_code);
 }
 
 void RegisterDaemonBench(CLI::App& bench, int* exit_code) {
-  RegisterAbsent(bench, "daemon", "Restore and lookup through the node daemon (not built)",
-                 exit_code);
+  RegisterAbsent(bench, "daemon", "bench daemon",
+                 "Restore and lookup through the node daemon (not built)", exit_code);
 }
 
 }  // namespace flatcake::cli
