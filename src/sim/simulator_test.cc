@@ -282,10 +282,8 @@ TEST(Workloads, FixedLengthSessionsReuseTheirPrefix) {
 }
 
 // The local profile against the real replay on this machine, on a small workload: delivered hit
-// rate within 3 points and read amplification within 5% for flat and tiered, restore P50 within
-// 30% for tiered. The flat restore P50 is still simulated about 30% short of the real one (the
-// replay's own CPU work on 2 cores, which the model leaves out; docs/simulate.md): checked here
-// only within a factor of two, until the model has it.
+// rate within 3 points, read amplification within 5% and restore P50 within 30%, for flat and
+// tiered.
 TEST(SimulatorVsReplay, LocalProfileAgreesWithTheRealReplay) {
   auto prof = LoadProfile("local");
   ASSERT_TRUE(prof.ok());
@@ -316,12 +314,7 @@ TEST(SimulatorVsReplay, LocalProfileAgreesWithTheRealReplay) {
         real->restore_p50_s * 1e3, sim->restore_p50_s * 1e3);
     EXPECT_NEAR(sim->hit_rate_pct(), real->hit_rate_pct(), 3.0) << what;
     EXPECT_NEAR(sim->read_amp, real->read_amp, 0.05 * real->read_amp) << what;
-    if (sp == SimPolicy::kTiered) {
-      EXPECT_NEAR(sim->restore_p50_s, real->restore_p50_s, 0.30 * real->restore_p50_s) << what;
-    } else {
-      EXPECT_GT(sim->restore_p50_s, 0.5 * real->restore_p50_s) << what;
-      EXPECT_LT(sim->restore_p50_s, 2.0 * real->restore_p50_s) << what;
-    }
+    EXPECT_NEAR(sim->restore_p50_s, real->restore_p50_s, 0.30 * real->restore_p50_s) << what;
   }
 }
 
