@@ -160,6 +160,8 @@ std::vector<EvictionVictim> TieredDirectory::ChooseVictims() {
   std::vector<EvictionVictim> victims;
   uint64_t used = dram_->used();
   if (used <= target) return victims;  // another pass evicted meanwhile
+  victims.reserve(
+      std::min<uint64_t>(lru_.size(), (used - target) / std::max<uint64_t>(1, obj_bytes_) + 1));
   // Walk from the least recently used end; `next` is taken before the victim leaves the list.
   for (auto it = lru_.end(); it != lru_.begin() && used > target;) {
     --it;

@@ -99,6 +99,12 @@ class TieredModel final : public StoreModel {
     const auto& ids = (*ctx_.requests)[r.idx].block_ids;
     double done = now;
     PendingPut put;
+    if (!spare_blocks_.empty()) {  // a finished put's buffer: no large allocation per write
+      put.blocks = std::move(spare_blocks_.back());
+      spare_blocks_.pop_back();
+      put.blocks.clear();
+    }
+    put.blocks.reserve(end - first);
     for (uint32_t i = first; i < end; ++i) {
       const Key key = ctx_.KeyOf(ids[i]);
       const PutAdmission adm = dir_.BeginPut(key);
@@ -120,6 +126,8 @@ class TieredModel final : public StoreModel {
     if (kind == kPutDone) {
       auto p = puts_.find(a);
       for (const PendingPut::Block& b : p->second.blocks) dir_.FinishPut(b.key, b.admission, b.off);
+      if (spare_blocks_.size() < kSpareBuffers)
+        spare_blocks_.push_back(std::move(p->second.blocks));
       puts_.erase(p);
       return;
     }
@@ -375,6 +383,8 @@ class TieredModel final : public StoreModel {
   std::unordered_map<uint32_t, Job> jobs_;
   std::deque<uint32_t> waiters_;
   std::unordered_map<uint64_t, PendingPut> puts_;
+  static constexpr size_t kSpareBuffers = 64;
+  std::vector<std::vector<PendingPut::Block>> spare_blocks_;  // of finished puts, for reuse
   uint64_t next_put_ = 0;
   uint64_t ssd_delivered_ = 0;
 };

@@ -55,7 +55,9 @@ enum : uint32_t { kArrive = 1, kReady, kGpuDone, kWriteDone, kDecodeDone };
 class HbmCache {
  public:
   HbmCache(uint64_t pool_blocks, uint64_t idle_cap_blocks)
-      : pool_(pool_blocks), idle_cap_(idle_cap_blocks) {}
+      : pool_(pool_blocks), idle_cap_(idle_cap_blocks) {
+    map_.reserve(std::min<uint64_t>(pool_, uint64_t{1} << 22));
+  }
   // Leading blocks of `ids` present (the cached ones touched as they are found).
   uint32_t Leading(const std::vector<uint64_t>& ids, uint32_t limit) {
     uint32_t n = 0;
@@ -84,6 +86,10 @@ class HbmCache {
       if (it == map_.end() || it->second.refs == 0) continue;
       if (--it->second.refs == 0) {
         pinned_--;
+        if (idle_cap_ == 0) {  // nothing stays cached: no trip through the LRU
+          map_.erase(it);
+          continue;
+        }
         lru_.push_front(ids[i]);
         it->second.pos = lru_.begin();
       }
