@@ -152,26 +152,54 @@ Result<ResponseHead> ParseHead(std::string_view head) {
   return out;
 }
 
-// Decodes a whole chunked body: the body, or nullopt when it is cut short.
-Result<std::optional<std::string>> DecodeChunked(std::string_view in) {
-  std::string body;
-  for (;;) {
-    const size_t eol = in.find("\r\n");
-    if (eol == std::string_view::npos) return std::optional<std::string>();
-    std::string_view size_text = in.substr(0, eol);
-    size_text = size_text.substr(0, size_text.find(';'));  // chunk extensions
+// Incremental decoding of a chunked body: Feed appends bytes, Next takes the next whole chunk.
+class ChunkReader {
+ public:
+  void Feed(std::string_view bytes) { in_.append(bytes); }
+  // The next chunk's data (empty with *end set at the last chunk), nullopt until one is whole.
+  Result<std::optional<std::string>> Next(bool* end) {
+    *end = false;
+    const size_t eol = in_.find("\r\n");
+    if (eol == std::string::npos) {
+      if (in_.size() > 64) return Status::Corruption("bad HTTP chunk header");
+      return std::optional<std::string>();
+    }
+    std::string_view size_text = std::string_view(in_).substr(0, eol);
+    size_text = size_text.substr(0, size_text.find(';'));
     size_t size = 0;
     const auto r = std::from_chars(size_text.data(), size_text.data() + size_text.size(), size, 16);
     if (size_text.empty() || r.ec != std::errc() || r.ptr != size_text.data() + size_text.size()) {
       return Status::Corruption("bad HTTP chunk size '" + std::string(size_text.substr(0, 32)) +
                                 "'");
     }
-    in.remove_prefix(eol + 2);
-    if (size == 0) return std::optional<std::string>(std::move(body));  // trailers ignored
-    if (in.size() < size + 2) return std::optional<std::string>();
-    if (in.substr(size, 2) != "\r\n") return Status::Corruption("HTTP chunk not followed by CRLF");
-    body.append(in.substr(0, size));
-    in.remove_prefix(size + 2);
+    if (size == 0) {
+      *end = true;
+      return std::optional<std::string>(std::string());
+    }
+    if (in_.size() < eol + 2 + size + 2) return std::optional<std::string>();
+    if (in_.compare(eol + 2 + size, 2, "\r\n") != 0) {
+      return Status::Corruption("HTTP chunk not followed by CRLF");
+    }
+    std::string data = in_.substr(eol + 2, size);
+    in_.erase(0, eol + 2 + size + 2);
+    return std::optional<std::string>(std::move(data));
+  }
+
+ private:
+  std::string in_;
+};
+
+// Decodes a whole chunked body: the body, or nullopt when it is cut short.
+Result<std::optional<std::string>> DecodeChunked(std::string_view in) {
+  ChunkReader reader;
+  reader.Feed(in);
+  std::string body;
+  for (;;) {
+    bool end = false;
+    FC_ASSIGN_OR_RETURN(std::optional<std::string> chunk, reader.Next(&end));
+    if (!chunk) return std::optional<std::string>();
+    if (end) return std::optional<std::string>(std::move(body));  // trailers ignored
+    body.append(*chunk);
   }
 }
 
@@ -218,13 +246,26 @@ Result<HostPort> ParseHostPort(std::string_view text) {
   return out;
 }
 
-Result<HttpResponse> HttpGet(const HostPort& at, std::string_view path,
-                             std::chrono::milliseconds timeout, size_t max_body_bytes) {
-  const Deadline deadline(timeout);
+namespace {
+
+std::string RequestText(const HostPort& at, std::string_view method, std::string_view path,
+                        std::string_view accept, std::string_view body,
+                        std::string_view content_type) {
+  std::string request =
+      std::string(method) + " " + std::string(path) + " HTTP/1.1\r\nHost: " + at.ToString() +
+      "\r\nAccept: " + std::string(accept) + "\r\nUser-Agent: flatcake\r\nConnection: close\r\n";
+  if (method != "GET") {
+    request += "Content-Type: " + std::string(content_type) +
+               "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  }
+  request += "\r\n";
+  request.append(body);
+  return request;
+}
+
+Result<HttpResponse> Exchange(const HostPort& at, const std::string& request,
+                              const Deadline& deadline, size_t max_body_bytes) {
   FC_ASSIGN_OR_RETURN(UniqueFd fd, ConnectTcp(at, deadline));
-  std::string request = "GET " + std::string(path) + " HTTP/1.1\r\nHost: " + at.ToString() +
-                        "\r\nAccept: text/plain\r\nUser-Agent: flatcake\r\n"
-                        "Connection: close\r\n\r\n";
   FC_RETURN_IF_ERROR(SendAll(fd.get(), request, deadline));
 
   std::string in;
@@ -288,6 +329,83 @@ Result<HttpResponse> HttpGet(const HostPort& at, std::string_view path,
     }
     out.body = std::string(body);
     return out;
+  }
+}
+
+}  // namespace
+
+Result<HttpResponse> HttpGet(const HostPort& at, std::string_view path,
+                             std::chrono::milliseconds timeout, size_t max_body_bytes) {
+  const Deadline deadline(timeout);
+  return Exchange(at, RequestText(at, "GET", path, "text/plain", {}, {}), deadline, max_body_bytes);
+}
+
+Result<HttpResponse> HttpPost(const HostPort& at, std::string_view path, std::string_view body,
+                              std::string_view content_type, std::chrono::milliseconds timeout,
+                              size_t max_body_bytes) {
+  const Deadline deadline(timeout);
+  return Exchange(at, RequestText(at, "POST", path, "*/*", body, content_type), deadline,
+                  max_body_bytes);
+}
+
+Status HttpPostStream(const HostPort& at, std::string_view path, std::string_view body,
+                      std::string_view content_type, std::chrono::milliseconds connect_timeout,
+                      const std::atomic<bool>& stop,
+                      const std::function<bool(std::string_view)>& on_data) {
+  const Deadline connect_deadline(connect_timeout);
+  FC_ASSIGN_OR_RETURN(UniqueFd fd, ConnectTcp(at, connect_deadline));
+  FC_RETURN_IF_ERROR(SendAll(fd.get(), RequestText(at, "POST", path, "*/*", body, content_type),
+                             connect_deadline));
+  std::string in;
+  std::optional<ResponseHead> head;
+  ChunkReader chunks;
+  char buf[16 << 10];
+  for (;;) {
+    if (stop.load(std::memory_order_acquire)) return Status::OK();
+    pollfd p{fd.get(), POLLIN, 0};
+    const int ready = ::poll(&p, 1, 100);  // wakes to look at `stop`
+    if (ready < 0 && errno != EINTR) return Status::FromErrno(errno, "waiting on the HTTP stream");
+    if (ready <= 0) continue;
+    const ssize_t n = ::recv(fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      return Status::FromErrno(errno, "reading the HTTP stream from " + at.ToString());
+    }
+    if (n == 0) {
+      if (!head) return Status::Corruption("connection closed inside the HTTP response's headers");
+      return head->chunked ? Status::IOError("HTTP stream from " + at.ToString() + " cut short")
+                           : Status::OK();
+    }
+    std::string_view data(buf, static_cast<size_t>(n));
+    if (!head) {
+      in.append(data);
+      const size_t blank = in.find("\r\n\r\n");
+      if (blank == std::string::npos) {
+        if (in.size() > kMaxHeaderBytes) return Status::Corruption("HTTP headers too long");
+        continue;
+      }
+      FC_ASSIGN_OR_RETURN(head, ParseHead(std::string_view(in).substr(0, blank)));
+      if (head->status != 200) {
+        return Status::IOError("HTTP " + std::to_string(head->status) + " from " + at.ToString() +
+                               std::string(path) + ": " + in.substr(blank + 4, 200));
+      }
+      in.erase(0, blank + 4);
+      data = in;
+    }
+    if (!head->chunked) {
+      if (!data.empty() && !on_data(data)) return Status::OK();
+      in.clear();
+      continue;
+    }
+    chunks.Feed(data);
+    in.clear();
+    for (;;) {
+      bool end = false;
+      FC_ASSIGN_OR_RETURN(std::optional<std::string> chunk, chunks.Next(&end));
+      if (end) return Status::OK();
+      if (!chunk) break;
+      if (!on_data(*chunk)) return Status::OK();
+    }
   }
 }
 

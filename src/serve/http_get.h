@@ -1,6 +1,7 @@
-// A minimal HTTP/1.1 client for one thing: reading the daemon's metrics endpoint (GET /metrics,
-// docs/serve.md) from `flatcake stats` and the tests. One request per connection
-// (Connection: close), plain HTTP, no redirects, no compression asked for; bodies with a
+// A minimal HTTP/1.1 client for two things: reading the daemon's metrics endpoint (GET /metrics,
+// docs/serve.md) from `flatcake stats` and the tests, and talking to etcd's JSON gateway
+// (POST /v3/..., src/cluster/etcd_client.h), whose watches answer with a stream. One request per
+// connection (Connection: close), plain HTTP, no redirects, no compression asked for; bodies with a
 // Content-Length, chunked, or up to the end of the stream.
 //
 // And the HOST:PORT form of addresses that the daemon's configuration (metrics_addr) and
@@ -9,9 +10,11 @@
 // Functions over values and their own sockets; thread-safe.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -45,5 +48,20 @@ struct HttpResponse {
 Result<HttpResponse> HttpGet(const HostPort& at, std::string_view path,
                              std::chrono::milliseconds timeout,
                              size_t max_body_bytes = size_t{64} << 20);
+
+// POST `body` (of `content_type`) to `path` at http://at/, as HttpGet.
+Result<HttpResponse> HttpPost(const HostPort& at, std::string_view path, std::string_view body,
+                              std::string_view content_type, std::chrono::milliseconds timeout,
+                              size_t max_body_bytes = size_t{64} << 20);
+
+// POST, then hand the response body to `on_data` piece by piece as it arrives (a chunked body
+// chunk by chunk), for as long as the server keeps it open: OK when the server ends the body,
+// `on_data` returns false, or `stop` turns true (looked at every 100 ms). Connecting and sending
+// must finish within `connect_timeout`; a status other than 200 is an IOError carrying the start
+// of the body; a connection closed inside a chunked body is an IOError; other errors as HttpGet.
+Status HttpPostStream(const HostPort& at, std::string_view path, std::string_view body,
+                      std::string_view content_type, std::chrono::milliseconds connect_timeout,
+                      const std::atomic<bool>& stop,
+                      const std::function<bool(std::string_view)>& on_data);
 
 }  // namespace flatcake::serve

@@ -1,0 +1,106 @@
+// Child: a child process of a test (fork and exec), its stdout read line by line, its stderr
+// appended to a file; killed (SIGKILL) and reaped on destruction. Used by the tests that run the
+// real `flatcake` binary (serve_process_test, cluster_process_test). Test-only; one owner.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace flatcake::testing {
+
+// A child process, its stdout read line by line, its stderr appended to a file.
+class Child {
+ public:
+  Child(const std::vector<std::string>& argv, const std::string& stderr_path) {
+    int out[2];
+    if (::pipe2(out, O_CLOEXEC) != 0) return;
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    pid_ = ::fork();
+    if (pid_ == 0) {  // only async-signal-safe calls until exec
+      ::dup2(out[1], STDOUT_FILENO);
+      if (err >= 0) ::dup2(err, STDERR_FILENO);
+      ::execv(args[0], args.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    if (err >= 0) ::close(err);
+    out_ = out[0];
+  }
+  ~Child() {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (out_ >= 0) ::close(out_);
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  // The next line of its stdout, waiting at most `timeout`; empty at the end or on timeout.
+  std::string ReadLine(std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      const size_t nl = buf_.find('\n');
+      if (nl != std::string::npos) {
+        std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return line;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd p{out_, POLLIN, 0};
+      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return "";
+      char chunk[512];
+      const ssize_t n = ::read(out_, chunk, sizeof(chunk));
+      if (n <= 0) return "";
+      buf_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+  // The rest of its stdout, up to its end.
+  std::string ReadAll() {
+    char chunk[4096];
+    for (ssize_t n; (n = ::read(out_, chunk, sizeof(chunk))) != 0;) {
+      if (n < 0 && errno != EINTR) break;
+      if (n > 0) buf_.append(chunk, static_cast<size_t>(n));
+    }
+    return std::exchange(buf_, {});
+  }
+  void Kill(int sig) { ::kill(pid_, sig); }
+  // Its exit status, waiting at most `timeout` (then it is killed: -1).
+  int Wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(30000)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        reaped_ = true;
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    reaped_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+  bool reaped_ = false;
+  std::string buf_;
+};
+
+}  // namespace flatcake::testing
