@@ -6,7 +6,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   liburing-dev libxxhash-dev libzstd-dev zlib1g-dev
   libcli11-dev nlohmann-json3-dev libtbb-dev libprotobuf-dev protobuf-compiler
-  libtomlplusplus-dev prometheus-cpp-dev
+  libtomlplusplus-dev prometheus-cpp-dev etcd-server etcd-client
   pybind11-dev python3-dev python3-torch python3-numpy python3-pytest
   clang clang-format clang-tidy gnuplot-nox
 )

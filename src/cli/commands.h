@@ -13,11 +13,13 @@ void RegisterTraceCommands(CLI::App& app, int* exit_code);
 void RegisterReplayCommand(CLI::App& app, int* exit_code);
 void RegisterFsckCommand(CLI::App& app, int* exit_code);
 void RegisterSimulateCommand(CLI::App& app, int* exit_code);
-// The daemon's commands: `flatcake serve` (serve_cmd.cc) and `flatcake stats` (stats_cmd.cc);
+// The daemon's commands: `flatcake serve` (serve_cmd.cc), `flatcake stats` (stats_cmd.cc) and
+// `flatcake cluster status` (cluster_cmd.cc);
 // without the serve library (protobuf or toml++ missing at build time) serve_commands_absent.cc
 // registers them as commands that say so and fail.
 void RegisterServeCommand(CLI::App& app, int* exit_code);
 void RegisterStatsCommand(CLI::App& app, int* exit_code);
+void RegisterClusterCommand(CLI::App& app, int* exit_code);
 
 // `flatcake bench <name>`: `bench` is the parent subcommand created by main.
 void RegisterRestoreBench(CLI::App& bench, int* exit_code);

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   flatcake::cli::RegisterSimulateCommand(app, &exit_code);
   flatcake::cli::RegisterStatsCommand(app, &exit_code);
   flatcake::cli::RegisterServeCommand(app, &exit_code);
+  flatcake::cli::RegisterClusterCommand(app, &exit_code);
   CLI::App* bench = app.add_subcommand("bench",
                                        "Benchmarks; each prints a table, --json adds one "
                                        "JSON object on the last line");

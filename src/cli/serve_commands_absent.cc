@@ -32,6 +32,11 @@ void RegisterStatsCommand(CLI::App& app, int* exit_code) {
   RegisterAbsent(app, "stats", "stats", "Print a running daemon's metrics (not built)", exit_code);
 }
 
+void RegisterClusterCommand(CLI::App& app, int* exit_code) {
+  RegisterAbsent(app, "cluster", "cluster", "Show a FlatCake cluster's members (not built)",
+                 exit_code);
+}
+
 void RegisterDaemonBench(CLI::App& bench, int* exit_code) {
   RegisterAbsent(bench, "daemon", "bench daemon",
                  "Restore and lookup through the node daemon (not built)", exit_code);

@@ -12,6 +12,8 @@
 #include <limits>
 #include <sstream>
 
+#include "cluster/etcd_client.h"
+#include "cluster/membership.h"
 #include "core/option_table.h"
 #include "serve/http_get.h"
 #include "serve/wire.h"
@@ -38,6 +40,20 @@ constexpr ServeSettingSpec kSettings[] = {
     {.key = "log_level",
      .flag = "--log-level",
      .help = "What the daemon logs to stderr: error, warn, info or debug."},
+    {.key = "etcd",
+     .flag = "--etcd",
+     .help = "etcd client URLs (http://HOST:PORT[,...]) of the cluster to join "
+             "(docs/cluster.md); empty: a one-node store."},
+    {.key = "cluster",
+     .flag = "--cluster",
+     .help = "The cluster's name: its keys in etcd are under /flatcake/NAME/."},
+    {.key = "node_name",
+     .flag = "--node-name",
+     .help = "This node's name in the cluster; empty: the host name."},
+    {.key = "lease_ttl_s",
+     .flag = "--lease-ttl",
+     .help = "Seconds a node that stops renewing its etcd lease (killed, cut off) stays a "
+             "member (2..3600)."},
 };
 
 // The tables a file may hold besides the settings, for the unknown-key message.
@@ -102,6 +118,15 @@ class ConfigReader {
           const Result<HostPort> addr = ParseHostPort(config->metrics_addr);
           if (!addr.ok()) return error_(node.source(), "metrics_addr: " + Message(addr.status()));
         }
+      } else if (name == "etcd") {
+        FC_ASSIGN_OR_RETURN(config->etcd, String(node, name));
+      } else if (name == "cluster") {
+        FC_ASSIGN_OR_RETURN(config->cluster, String(node, name));
+      } else if (name == "node_name") {
+        FC_ASSIGN_OR_RETURN(config->node_name, String(node, name));
+      } else if (name == "lease_ttl_s") {
+        FC_ASSIGN_OR_RETURN(const uint64_t v, Unsigned(node, name, 2, 3600));
+        config->lease_ttl_s = static_cast<uint32_t>(v);
       } else if (name == "max_clients") {
         FC_ASSIGN_OR_RETURN(const uint64_t v, Unsigned(node, name, 1, kMaxMaxClients));
         config->max_clients = static_cast<uint32_t>(v);
@@ -399,6 +424,10 @@ Status ApplyOverrides(const ServeOverrides& overrides, ServeConfig* config) {
   if (overrides.allow) out.allow = *overrides.allow;
   if (overrides.max_clients) out.max_clients = *overrides.max_clients;
   if (overrides.log_level) out.log_level = *overrides.log_level;
+  if (overrides.etcd) out.etcd = *overrides.etcd;
+  if (overrides.cluster) out.cluster = *overrides.cluster;
+  if (overrides.node_name) out.node_name = *overrides.node_name;
+  if (overrides.lease_ttl_s) out.lease_ttl_s = *overrides.lease_ttl_s;
   for (const std::string& name : overrides.store_given) {
     const OptionSpec* spec = FindStoreOption(name);
     if (spec == nullptr) {
@@ -455,6 +484,17 @@ Status ValidateServeConfig(const ServeConfig& config) {
                                    " is out of range (1.." + std::to_string(kMaxMaxClients) + ")");
   }
   if (config.log_level > LogLevel::kDebug) return Status::InvalidArgument("unknown log_level");
+  if (config.lease_ttl_s < 2 || config.lease_ttl_s > 3600) {
+    return Status::InvalidArgument("lease_ttl_s = " + std::to_string(config.lease_ttl_s) +
+                                   " is out of range (2..3600)");
+  }
+  if (!config.etcd.empty()) {
+    FC_RETURN_IF_ERROR(cluster::ParseEtcdEndpoints(config.etcd).status().WithContext("etcd"));
+  }
+  FC_RETURN_IF_ERROR(cluster::ValidateClusterName(config.cluster));
+  if (config.node_name.size() > 255) {
+    return Status::InvalidArgument("node_name must have at most 255 bytes");
+  }
   for (const auto& [name, quota] : config.tenants) {
     FC_RETURN_IF_ERROR(ValidateTenantName(name).WithContext("tenants." + name));
   }
@@ -477,6 +517,10 @@ std::string RenderServeConfigToml() {
   out += Setting("metrics_addr", Quote(defaults.metrics_addr)) + "\n";
   out += Setting("max_clients", std::to_string(defaults.max_clients)) + "\n";
   out += Setting("log_level", Quote(LogLevelName(defaults.log_level))) + "\n";
+  out += Setting("etcd", Quote(defaults.etcd)) + "\n";
+  out += Setting("cluster", Quote(defaults.cluster)) + "\n";
+  out += Setting("node_name", Quote(defaults.node_name)) + "\n";
+  out += Setting("lease_ttl_s", std::to_string(defaults.lease_ttl_s)) + "\n";
 
   out += Comment(
       "Who may connect, by the peer's credentials (SO_PEERCRED): a peer whose uid, or whose "

@@ -54,6 +54,13 @@ struct ServeConfig {
   // Connections served at once; one more is refused.
   uint32_t max_clients = kDefaultMaxClients;
   LogLevel log_level = LogLevel::kInfo;
+  // The cluster (docs/cluster.md): etcd's client URLs, comma separated; empty: a one-node store.
+  std::string etcd;
+  std::string cluster = "default";
+  // The node's name in the cluster; empty: the host name.
+  std::string node_name;
+  // Seconds a node that stops renewing stays a member.
+  uint32_t lease_ttl_s = 10;
 
   // The quota of `tenant`: its own table's, else default_quota.
   const TenantQuota& QuotaFor(std::string_view tenant) const;
@@ -90,6 +97,10 @@ struct ServeOverrides {
   std::optional<PeerAllowList> allow;
   std::optional<uint32_t> max_clients;
   std::optional<LogLevel> log_level;
+  std::optional<std::string> etcd;
+  std::optional<std::string> cluster;
+  std::optional<std::string> node_name;
+  std::optional<uint32_t> lease_ttl_s;
   StoreOptions store;
   std::vector<std::string> store_given;  // option-table names (StoreOptions fields)
 };
