@@ -213,8 +213,15 @@ class _HostStaging:
 
     def fence(self, device: torch.device) -> None:
         """Marks the end of the copies queued on ``device``'s current stream."""
-        self._event = torch.cuda.Event()
-        self._event.record(torch.cuda.current_stream(device))
+        if device.type == "cuda":
+            self._event = torch.cuda.Event()
+            self._event.record(torch.cuda.current_stream(device))
+
+
+def _sync(device: torch.device) -> None:
+    """Waits for the copies queued on ``device``'s current stream (CPU copies are done)."""
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
 
 
 @dataclass
@@ -506,6 +513,11 @@ class FlatCakeConnector(KVConnectorBase_V1):
                     len(names), layout, "staged through host memory" if self._staged
                     else "in place", self._suffix, self._store.info())
 
+    def TEST_stage_through_host(self) -> None:  # noqa: N802 - a test hook
+        """Moves CPU tensors through the host staging buffers as CUDA tensors are, so that the
+        tests, which have no GPU, run the staging code."""
+        self._staged = True
+
     def _paged_pointers(self, block_ids: List[int]) -> List[int]:
         """slice_pointers into the paged cache: [(b * layers + l) * planes + p]."""
         blocks = torch.tensor(block_ids, dtype=torch.int64).view(-1, 1, 1)
@@ -633,7 +645,7 @@ class FlatCakeConnector(KVConnectorBase_V1):
         buf = self._save_staging.take(len(run.block_ids) * self._layout.block_bytes)
         for layer in range(self._layout.num_layers):
             self._gather_layer(run, buf, layer)
-        torch.cuda.current_stream(self._device).synchronize()
+        _sync(self._device)
         return self._staging_pointers(buf, len(run.block_ids))
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any,
@@ -674,7 +686,7 @@ class FlatCakeConnector(KVConnectorBase_V1):
                 i, (self._save_staging.take(len(run.block_ids) * self._layout.block_bytes), set()))
             for layer in set(range(self._layout.num_layers)) - done:
                 self._gather_layer(run, buf, layer)
-        torch.cuda.current_stream(self._device).synchronize()
+        _sync(self._device)
         for i, run in runs:
             self._write(run, self._staging_pointers(self._save_buffers[i][0],
                                                     len(run.block_ids)))

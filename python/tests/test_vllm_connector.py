@@ -128,18 +128,20 @@ def test_without_vllm_it_subclasses_its_own_interface():
     """)
 
 
+@pytest.mark.parametrize("staged", [False, True], ids=["in_place", "staged"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_a_request_saved_then_loaded_layer_by_layer(shape):
+def test_a_request_saved_then_loaded_layer_by_layer(shape, staged):
     """Engine A computes a 4-layer request and saves it; engine B (same store, empty GPU cache)
     loads its prefix: each layer's restore has landed before that layer's attention runs, every
-    byte of every layer matches, and B samples what A sampled."""
-    a = Engine(DRAM, shape=shape)
+    byte of every layer matches, and B samples what A sampled. `staged` runs the CUDA path's
+    host staging and copies (on CPU tensors: there is no GPU here)."""
+    a = Engine(DRAM, shape=shape, staged=staged)
     p = prompt(100, seed=1)
     want = a.serve("a", p, max_tokens=20)
     assert a.mismatches == [] and a.workers[0].checked_slots > 0
     # 6 prompt blocks written by the prefill, 1 reply block at the end (119 tokens computed).
     assert a.workers[0].connector.counters["blocks_saved"] == 7
-    b = Engine(DRAM, shape=shape)
+    b = Engine(DRAM, shape=shape, staged=staged)
     store = spy(b)
     b.add("b", p, max_tokens=20)
     b.step()  # the load step
@@ -198,10 +200,12 @@ def test_a_preempted_request_resumes_from_flatcake():
     ref.close()
 
 
-def test_the_end_of_a_request_saves_its_reply_blocks_and_holds_them_until_then():
-    e = Engine(DRAM)
+@pytest.mark.parametrize("staged", [False, True], ids=["in_place", "staged"])
+def test_the_end_of_a_request_saves_its_reply_blocks_and_holds_them_until_then(staged):
+    e = Engine(DRAM, staged=staged)
     store = spy(e)
-    req = e.add("s", prompt(40, seed=7), max_tokens=30,
+    turn1 = prompt(40, seed=7)
+    req = e.add("s", turn1, max_tokens=30,
                 kv_transfer_params={"flatcake_session": "conv-9", "flatcake_turn": 3})
     finished = []
     while not finished:
@@ -220,6 +224,11 @@ def test_the_end_of_a_request_saves_its_reply_blocks_and_holds_them_until_then()
     keys = k0 + k1
     assert e.workers[0].connector._store.lookup(keys).leading_hits == 4
     assert keys[0].startswith("org/test-model/") and keys[0].endswith("_tp0of1")
+    # The next turn's prompt is this turn's prompt, reply and more: with vLLM's own cache gone,
+    # FlatCake supplies the reply blocks too, byte for byte.
+    e.scheduler.kv_cache_manager.evict_cached(req.block_hashes)
+    e.serve("s2", turn1 + list(req.output_token_ids) + prompt(20, seed=17), max_tokens=2)
+    assert e.scheduler.admissions[-1] == ("s2", 0, 64) and e.mismatches == []
     e.close()
     off = Engine(dict(DRAM, save_on_finish=False))
     spied = spy(off)

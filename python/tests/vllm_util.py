@@ -78,7 +78,7 @@ class FakeWorker(KVConnectorModelRunnerMixin):
     """One worker (one TP rank) of the engine: its KV caches, its connector, the fake model."""
 
     def __init__(self, config, kv_cache_config, shape, tokens_of, *, num_layers=4, heads=2,
-                 head_dim=16):
+                 head_dim=16, staged=False):
         par = config.parallel_config
         # The worker's process groups (vLLM: initialised once per worker process).
         parallel_state.init_distributed_environment(par.world_size, par.rank)
@@ -97,6 +97,8 @@ class FakeWorker(KVConnectorModelRunnerMixin):
                                          heads, head_dim) for n in self.layer_names}
         self.slot_bytes = slot(self.kv_caches[self.layer_names[0]], shape, 0, 0, 0).numel()
         self.connector.register_kv_caches(self.kv_caches)
+        if staged:  # the CUDA path's copies, on CPU tensors
+            self.connector.TEST_stage_through_host()
         self.tokens_of = tokens_of
         self.block_ids: dict[str, list[int]] = {}
         self.digests: dict[str, list[bytes]] = {}
@@ -185,7 +187,7 @@ class Engine:
 
     def __init__(self, extra_config, *, shape="mha", tp=1, num_blocks=64, block_size=16,
                  num_layers=4, role="kv_both", model="org/test-model", prefix_caching=True,
-                 max_batched_tokens=2048):
+                 max_batched_tokens=2048, staged=False):
         mla = shape == "mla"
         self.config = vllm_config(extra_config, role=role, mla=mla, block_size=block_size, tp=tp,
                                   model=model, prefix_caching=prefix_caching,
@@ -199,7 +201,7 @@ class Engine:
             cfg = dataclasses.replace(self.config, parallel_config=dataclasses.replace(
                 self.config.parallel_config, rank=rank))
             self.workers.append(FakeWorker(cfg, kv_cache_config, shape, self._tokens,
-                                           num_layers=num_layers))
+                                           num_layers=num_layers, staged=staged))
         self.aggregator = KVOutputAggregator(tp)
         self.hasher = get_request_block_hasher(block_size)
         self.outputs: dict[str, list[int]] = {}
