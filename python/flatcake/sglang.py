@@ -54,7 +54,6 @@ import ctypes
 import json
 import logging
 import os
-import re
 import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -62,6 +61,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 import flatcake
+from flatcake import _shared_stores
 
 try:  # SGLang present: subclass the real interface so its factory's issubclass check passes.
     from sglang.srt.mem_cache.hicache_storage import (  # type: ignore
@@ -146,35 +146,6 @@ ADAPTER_OPTIONS: Dict[str, str] = {
     "tenant": "with daemon: the tenant this engine's keys live under (default: the model name "
               "with characters outside [A-Za-z0-9._-] replaced by '_')",
 }
-
-
-# --- process-wide store sharing ---------------------------------------------------------------
-# Workers that live in one process (threads, tests) and name the same configuration share one
-# store; separate processes each open their own (see per_worker_subdir).
-_stores_lock = threading.Lock()
-_stores: Dict[str, List[Any]] = {}  # config fingerprint -> [flatcake.Store, refcount]
-
-
-def _acquire_store(fingerprint: str, open_fn) -> flatcake.Store:
-    with _stores_lock:
-        entry = _stores.get(fingerprint)
-        if entry is not None and not entry[0].closed:
-            entry[1] += 1
-            return entry[0]
-        store = open_fn()
-        _stores[fingerprint] = [store, 1]
-        return store
-
-
-def _release_store(fingerprint: str) -> None:
-    with _stores_lock:
-        entry = _stores.get(fingerprint)
-        if entry is None:
-            return
-        entry[1] -= 1
-        if entry[1] <= 0:
-            del _stores[fingerprint]
-            entry[0].close()
 
 
 def _cfg(config: Any, name: str, default: Any) -> Any:
@@ -323,8 +294,7 @@ class FlatCakeStorage(HiCacheStorage):
             raise ValueError("extra_config 'tenant' needs 'daemon' (an embedded store has no "
                              "tenants)")
         if tenant is None:
-            model = str(_cfg(storage_config, "model_name", "") or "default")
-            tenant = re.sub(r"[^A-Za-z0-9._-]", "_", model)[:64] or "default"
+            tenant = _shared_stores.tenant_name(str(_cfg(storage_config, "model_name", "") or ""))
         self.tenant = str(tenant)
         self.force_medium = extra.pop("force_medium", None)
         if self.force_medium not in (None, "dram", "ssd"):
@@ -430,7 +400,7 @@ class FlatCakeStorage(HiCacheStorage):
         self._acquire(json.dumps(config, sort_keys=True), open_fn)
 
     def _acquire(self, fingerprint: str, open_fn) -> None:
-        self._store = _acquire_store(fingerprint, open_fn)
+        self._store = _shared_stores.acquire(fingerprint, open_fn)
         self._fingerprint = fingerprint
 
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
@@ -943,6 +913,6 @@ class FlatCakeStorage(HiCacheStorage):
     def close(self) -> None:
         """Detaches from the store; the last worker of the process closes it."""
         if self._fingerprint is not None:
-            _release_store(self._fingerprint)
+            _shared_stores.release(self._fingerprint)
         self._store = None
         self._fingerprint = None

@@ -2,7 +2,10 @@
 
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -12,6 +15,11 @@ sys.path.insert(0, HERE)  # host_pool.py, hybrid_pools.py, sglang_util.py
 # (SGLang 8905cbd's modules and types; see sglang_standin/README.md). test_sglang_v2.py checks
 # the fallback used without SGLang in a subprocess.
 sys.path.insert(0, os.path.join(HERE, "sglang_standin"))
+# Likewise vLLM: flatcake.vllm subclasses the stand-in's KVConnectorBase_V1 (vLLM 003df296; see
+# vllm_standin/README.md); test_vllm_connector.py checks the fallback in a subprocess.
+sys.path.insert(0, os.path.join(HERE, "vllm_standin"))
+REPO = os.path.dirname(os.path.dirname(HERE))
+FLATCAKE_BIN = os.environ.get("FLATCAKE_BIN", os.path.join(REPO, "build", "flatcake"))
 
 
 @pytest.fixture
@@ -20,3 +28,27 @@ def ssd_dir(tmp_path):
     d.mkdir()
     yield str(d)
     shutil.rmtree(d, ignore_errors=True)  # pool files are large; pytest keeps old tmp dirs
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    """A `flatcake serve` on a temporary socket and pool; yields the socket path."""
+    ssd = tmp_path / "pool"
+    ssd.mkdir()
+    sock = str(tmp_path / "flatcake.sock")
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen([FLATCAKE_BIN, "serve", "--socket", sock, "--dram-bytes", "32M",
+                             "--ssd-dir", str(ssd), "--ssd-bytes", "128M", "--ssd-file-bytes",
+                             "16M"], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 20
+    while not os.path.exists(sock):
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            log.close()
+            raise AssertionError("flatcake serve did not start: " +
+                                 (tmp_path / "serve.log").read_text())
+        time.sleep(0.05)
+    yield sock
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, (tmp_path / "serve.log").read_text()
+    log.close()

@@ -7,11 +7,9 @@ separate processes, as SGLang's TP workers are, so rank 1 can only hit through t
 """
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 import torch
@@ -19,35 +17,9 @@ import torch
 import flatcake
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-BIN = os.environ.get("FLATCAKE_BIN", os.path.join(REPO, "build", "flatcake"))
 
 pytestmark = pytest.mark.skipif(not getattr(flatcake._core, "has_daemon_client", False),
                                 reason="built without the daemon")
-
-
-@pytest.fixture
-def daemon(tmp_path):
-    """A `flatcake serve` on a temporary socket and pool; yields the socket path."""
-    ssd = tmp_path / "pool"
-    ssd.mkdir()
-    sock = str(tmp_path / "flatcake.sock")
-    log = open(tmp_path / "serve.log", "w")
-    proc = subprocess.Popen([BIN, "serve", "--socket", sock, "--dram-bytes", "32M", "--ssd-dir",
-                             str(ssd), "--ssd-bytes", "128M", "--ssd-file-bytes", "16M"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 20
-    while not os.path.exists(sock):
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            log.close()
-            raise AssertionError("flatcake serve did not start: " +
-                                 (tmp_path / "serve.log").read_text())
-        time.sleep(0.05)
-    yield sock
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0, (tmp_path / "serve.log").read_text()
-    log.close()
 
 
 def test_connect_has_the_embedded_methods_and_keeps_tenants_apart(daemon):

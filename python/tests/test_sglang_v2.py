@@ -6,15 +6,11 @@ The stand-in SGLang (sglang_standin/, SGLang main at 8905cbd) carries the v2 typ
 and the storage path of HybridCacheController; the tests drive the backend both through that
 controller (as SGLang does for a hybrid model) and with direct v2 calls."""
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 import torch
 
 import flatcake.sglang as fs
+from isolated import run_without
 from hybrid_pools import EmulatedIndexerPool, EmulatedKVPool, EmulatedMambaPool, make_group
 from sglang.srt.mem_cache.hicache_storage import (
     PoolHitPolicy,
@@ -26,7 +22,6 @@ from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCach
 from sglang.srt.mem_cache.utils import get_hash_str
 from sglang_util import LOADER_CONFIG, load_backend, page_hashes
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 TRAILING = PoolHitPolicy.TRAILING_PAGES
 ALL = PoolHitPolicy.ALL_PAGES
 
@@ -318,10 +313,7 @@ def test_bad_v2_input_fails_that_pool_only(ssd_dir, caplog):
 def test_without_sglang_the_fallback_interface_serves_v2(ssd_dir):
     """With no SGLang importable, flatcake.sglang binds its own copy of the interface (v2 types
     included) and the direct v2 calls work the same."""
-    script = textwrap.dedent(f"""
-        import sys
-        sys.path[:] = [p for p in sys.path if "sglang_standin" not in p]
-        sys.path.insert(0, {HERE!r})
+    run_without("sglang_standin", f"""
         import torch
         import flatcake.sglang as fs
         assert fs.HiCacheStorage.__module__ == "flatcake._hicache_iface", fs.HiCacheStorage
@@ -350,10 +342,3 @@ def test_without_sglang_the_fallback_interface_serves_v2(ssd_dir):
         b.close()
         print("ok")
     """)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in os.environ.get("PYTHONPATH", "").split(
-        os.pathsep) if p and "sglang_standin" not in p)
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                       timeout=120)
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.strip().endswith("ok")

@@ -1,0 +1,728 @@
+"""FlatCake as a vLLM KV connector (``KVConnectorBase_V1``), loading layer by layer.
+
+Start vLLM with (docs/vllm.md lists every option):
+
+    --kv-transfer-config '{"kv_connector": "FlatCakeConnector",
+        "kv_connector_module_path": "flatcake.vllm", "kv_role": "kv_both",
+        "kv_connector_extra_config": {"ssd_dirs": ["/nvme0/flatcake"], "ssd_bytes": "512GiB"}}'
+
+vLLM builds the class twice: ``FlatCakeConnector(vllm_config, KVConnectorRole.SCHEDULER,
+kv_cache_config)`` in the scheduler and ``(..., KVConnectorRole.WORKER, ...)`` in every worker.
+
+Scheduler side. ``get_num_new_matched_tokens`` looks the request's full blocks up in the store
+(every worker's keys; the shortest leading run counts) and offers the whole blocks beyond
+``num_computed_tokens``, never the request's last token (vLLM must compute one).
+``update_state_after_alloc`` notes which of the request's blocks receive them, and
+``build_connector_meta`` sends the worker, per step, the block runs to load (keys and vLLM block
+ids) and to save: the request's prompt blocks that are full once the step has run, in the step
+that computes them (so a preempted request, or another engine on the store, finds them). The
+blocks that decoding fills are saved together when the request ends: ``request_finished`` returns
+True (vLLM keeps the blocks) and queues them for the next step, whose workers write them and
+report the request in ``get_finished``; vLLM then frees the blocks. One batch of reply blocks is
+one write, which the store lays out as one segment beside its session.
+
+Worker side. ``register_kv_caches`` takes vLLM's per-layer paged KV tensors: MHA
+``[2, num_blocks, block_size, kv_heads, head_size]`` (FlashAttention and most backends; the
+``[num_blocks, 2, ...]`` order of FlashInfer is recognised too) and MLA
+``[num_blocks, block_size, head_size]``. One vLLM block of one worker is one FlatCake block of
+``KvLayout(num_layers, num_planes = 2 (K, V) or 1 (MLA latent), slice_bytes = the bytes of one
+block of one plane of one layer)``, moved with ``slice_pointers``. ``start_load_kv`` starts one
+restore per run; ``wait_for_layer_load(layer)`` waits for that layer of every restore
+(``RestoreHandle.wait_layer``), so attention on layer l runs while later layers are still
+arriving. ``wait_for_save`` writes the step's prompt blocks once the forward has computed them.
+Blocks a restore did not deliver are reported by ``get_block_ids_with_load_errors`` and vLLM
+recomputes them.
+
+Data movement. CPU tensors (vLLM's CPU backend, the tests) are read and written in place: the
+store's pointers go straight into the paged cache. CUDA tensors go through a host staging buffer
+(pinned when CUDA can pin it) with torch copies on the current stream: a restore lands in the
+buffer and ``wait_for_layer_load`` copies that layer to the device; ``save_kv_layer`` copies the
+layer's blocks out as soon as attention has written them. The store's own GPU path (restores
+into device memory) will replace the staging when it exists.
+
+Keys: ``<namespace><block hash hex><worker suffix>``. The hashes are vLLM's chained prefix-cache
+block hashes (``request.block_hashes``), so a block's key names its whole prefix and a session's
+chain joins its scope (each write passes the key before it as ``prefix_tail``). The namespace
+defaults to ``<model>/``. The worker suffix is ``_tp<rank>of<size>`` for MHA (each TP rank holds
+other heads) and nothing for MLA (the latent cache is the same on every TP rank), plus
+``_pp<rank>of<size>`` under pipeline parallelism. Writes carry the request id as the session (or
+``kv_transfer_params["flatcake_session"]``) and ``kv_transfer_params["flatcake_turn"]`` as the
+turn.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+import torch
+
+import flatcake
+from flatcake import _shared_stores
+
+try:  # vLLM present: subclass its interface so its factory and scheduler accept the class.
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore
+        KVConnectorBase_V1,
+        KVConnectorMetadata,
+        KVConnectorRole,
+    )
+except ImportError:  # pragma: no cover - exercised when vLLM is absent (the test machine)
+    from ._vllm_iface import KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole
+
+__all__ = [
+    "CONNECTOR_OPTIONS",
+    "FlatCakeConnector",
+    "FlatCakeConnectorMetadata",
+    "KVConnectorBase_V1",
+    "KVConnectorMetadata",
+    "KVConnectorRole",
+]
+
+logger = logging.getLogger(__name__)
+
+# Options of the connector itself (every other key of kv_connector_extra_config is a store
+# option, see flatcake.option_names()).
+CONNECTOR_OPTIONS: Dict[str, str] = {
+    "daemon": "address of the node's `flatcake serve` (unix:///path or a socket path): the "
+              "scheduler and every worker use the daemon's store; store options then belong to "
+              "the daemon and are refused here. Required when vLLM runs more than one worker "
+              "process (TP x PP > 1) or data-parallel engines",
+    "tenant": "with daemon: the tenant this engine's keys live under (default: the model name, "
+              "characters outside [A-Za-z0-9._-] replaced by '_')",
+    "namespace": "string prefixed to every key (default '<model>/'; '' shares blocks between "
+                 "model names that serve the same weights)",
+    "force_medium": "'dram' or 'ssd': bypass placement (testing, benchmarking)",
+    "save_on_finish": "true (default): when a request ends, save the blocks decoding filled, "
+                      "holding them until the workers report the save; false: prompt blocks only",
+}
+
+# Finished request ids remembered for get_finished (vLLM names a request there in the same step
+# as its save at the latest); older ones are forgotten.
+_FINISHED_IDS_KEPT = 8192
+
+
+@dataclass
+class _BlockRun:
+    """Consecutive blocks of one request moving between vLLM's paged cache and the store."""
+
+    req_id: str
+    keys: List[str]  # store keys without the worker suffix, one per block
+    block_ids: List[int]  # the vLLM blocks, in the same order
+    session: str = ""
+    turn: int = 0
+    prefix_tail: Optional[str] = None  # key of the block before keys[0], without suffix
+    context_tokens: int = 0  # tokens before keys[0]
+    finish: bool = False  # saved for request_finished: reported by get_finished
+
+
+@dataclass
+class FlatCakeConnectorMetadata(KVConnectorMetadata):
+    """One step's work for the workers: runs to load, runs to save."""
+
+    loads: List[_BlockRun] = field(default_factory=list)
+    saves: List[_BlockRun] = field(default_factory=list)
+
+
+@dataclass
+class _RequestState:
+    """What the scheduler side tracks of a running request."""
+
+    request: Any
+    block_ids: List[int]
+    stored_blocks: int  # leading blocks the store holds (found by the lookup, or saved)
+    load: Optional[Tuple[int, int]] = None  # blocks [start, end) to load in the next step
+
+
+def _hash_hex(block_hash: Any) -> str:
+    """vLLM's block hash (bytes since 2025; an int or a BlockHash tuple before) as hex."""
+    if isinstance(block_hash, (bytes, bytearray)):
+        return bytes(block_hash).hex()
+    if isinstance(block_hash, int):
+        return format(block_hash & ((1 << 256) - 1), "x")
+    value = getattr(block_hash, "hash_value", None)
+    return _hash_hex(value) if value is not None else str(block_hash)
+
+
+def _layer_number(name: str) -> Optional[int]:
+    # vLLM names attention layers by module path: "model.layers.12.self_attn.attn".
+    numbers = re.findall(r"\.(\d+)\.", f".{name}.")
+    return int(numbers[0]) if len(numbers) == 1 else None
+
+
+def _paged_bytes(t: torch.Tensor, mla: bool, block_size: int) -> torch.Tensor:
+    """A uint8 view [planes, num_blocks, slice_bytes] of one layer's paged KV tensor."""
+    if mla:
+        if t.dim() != 3 or t.shape[1] != block_size:
+            raise ValueError(f"an MLA layer's KV cache must be [num_blocks, {block_size}, "
+                             f"head_size], got {list(t.shape)}")
+        plane_dim, block_dim = None, 0
+    elif t.dim() >= 4 and t.shape[0] == 2:
+        plane_dim, block_dim = 0, 1
+    elif t.dim() >= 4 and t.shape[1] == 2:
+        plane_dim, block_dim = 1, 0
+    else:
+        raise ValueError(f"an MHA layer's KV cache must be [2, num_blocks, {block_size}, heads, "
+                         f"head_size] (or [num_blocks, 2, ...]), got {list(t.shape)}")
+    # Memory order, outermost first (a layout such as HND is a permuted view): the plane and
+    # block dimensions must lead, so that every (plane, block) slice is one dense byte range.
+    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
+    lead = [d for d in (plane_dim, block_dim) if d is not None]
+    raw = t.permute(order)
+    if sorted(order[:len(lead)]) != sorted(lead) or not raw.is_contiguous():
+        raise ValueError(f"KV cache of shape {list(t.shape)} and strides {list(t.stride())}: a "
+                         "block of one plane is not one dense range of memory")
+    flat = raw.reshape(-1).view(torch.uint8)
+    if plane_dim is None:
+        return flat.view(1, t.shape[block_dim], -1)
+    view = flat.view(raw.shape[0], raw.shape[1], -1)
+    return view if order[0] == plane_dim else view.transpose(0, 1)
+
+
+class _HostStaging:
+    """A grow-only host buffer (pinned when CUDA can pin it) carved into one step's runs; a carve
+    waits for the device copies of the previous use to finish before the bytes are reused."""
+
+    def __init__(self) -> None:
+        self._buf: Optional[torch.Tensor] = None
+        self._used = 0
+        self._event: Any = None
+
+    def reset(self) -> None:
+        if self._event is not None:
+            self._event.synchronize()
+            self._event = None
+        self._used = 0
+
+    def take(self, nbytes: int) -> torch.Tensor:
+        if self._buf is None or self._used + nbytes > self._buf.numel():
+            self.reset()  # the old buffer may still be read by queued copies: let them finish
+            size = max(nbytes + self._used, 2 * (self._buf.numel() if self._buf is not None
+                                                 else 0))
+            try:
+                self._buf = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+            except RuntimeError:  # no CUDA to pin with: pageable memory (copies then block)
+                self._buf = torch.empty(size, dtype=torch.uint8)
+            self._used = 0
+        out = self._buf[self._used:self._used + nbytes]
+        self._used += nbytes
+        return out
+
+    def fence(self, device: torch.device) -> None:
+        """Marks the end of the copies queued on ``device``'s current stream."""
+        if device.type == "cuda":
+            self._event = torch.cuda.Event()
+            self._event.record(torch.cuda.current_stream(device))
+
+
+def _sync(device: torch.device) -> None:
+    """Waits for the copies queued on ``device``'s current stream (CPU copies are done)."""
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+
+
+@dataclass
+class _PendingLoad:
+    run: _BlockRun
+    handle: Any  # flatcake.RestoreHandle
+    staging: Optional[torch.Tensor] = None  # [layers, planes, blocks, slice_bytes] (CUDA path)
+    copied: Set[int] = field(default_factory=set)  # layers already on the device
+    failed: bool = False
+
+
+class FlatCakeConnector(KVConnectorBase_V1):
+    """vLLM v1 KV connector backed by a FlatCake store (embedded, or the node's daemon)."""
+
+    def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        self._block_size = int(vllm_config.cache_config.block_size)
+        model_config = getattr(vllm_config, "model_config", None)
+        self._model = str(getattr(model_config, "model", "") or "")
+        self._mla = bool(getattr(model_config, "use_mla", False))
+        parallel = vllm_config.parallel_config
+        self._tp_size = int(getattr(parallel, "tensor_parallel_size", 1) or 1)
+        self._pp_size = int(getattr(parallel, "pipeline_parallel_size", 1) or 1)
+        self._parse_options(dict(self._kv_transfer_config.kv_connector_extra_config or {}))
+        kv = self._kv_transfer_config
+        role_name = getattr(kv, "kv_role", None)
+        if role_name not in ("kv_both", "kv_producer", "kv_consumer"):
+            raise ValueError(f"FlatCakeConnector: kv_role must be kv_both, kv_producer or "
+                             f"kv_consumer, got {role_name!r}")
+        self._saves = role_name in ("kv_both", "kv_producer")  # kv_producer: never loads
+        self._loads = role_name in ("kv_both", "kv_consumer")  # kv_consumer: never saves
+        self._open_store(int(getattr(parallel, "data_parallel_size", 1) or 1))
+
+        # Scheduler side.
+        self._reqs: Dict[str, _RequestState] = {}
+        self._hits: Dict[str, int] = {}  # leading stored blocks found by the last lookup
+        self._finish_runs: List[_BlockRun] = []
+        # Worker side (register_kv_caches fills the layout).
+        self._suffix = ""
+        if role == KVConnectorRole.WORKER:
+            tp_rank, pp_rank = self._worker_ranks(parallel)
+            self._suffix = self._key_suffix(tp_rank, pp_rank)
+        self._layout: Optional[flatcake.KvLayout] = None
+        self._layer_index: Dict[str, int] = {}
+        self._views: List[torch.Tensor] = []
+        self._ptr_base: Optional[torch.Tensor] = None  # per layer: view address, plane, block
+        self._device: Optional[torch.device] = None
+        self._staged = False
+        self._load_staging = _HostStaging()
+        self._save_staging = _HostStaging()
+        self._pending: List[_PendingLoad] = []
+        self._save_buffers: Dict[int, Tuple[torch.Tensor, Set[int]]] = {}  # run -> (buf, layers)
+        self._load_errors: Set[int] = set()
+        self._saved_finish: Set[str] = set()
+        self._finished_ids: "OrderedDict[str, None]" = OrderedDict()
+        self.counters = {"lookups": 0, "blocks_loaded": 0, "blocks_saved": 0, "load_errors": 0,
+                         "save_errors": 0}
+
+    # --- configuration ------------------------------------------------------------------------
+    def _parse_options(self, extra: Dict[str, Any]) -> None:
+        def fail(what: str) -> None:
+            raise ValueError(f"FlatCakeConnector: kv_connector_extra_config {what}")
+
+        self._daemon = extra.pop("daemon", None)
+        if self._daemon is not None and (not isinstance(self._daemon, str) or not self._daemon):
+            fail("'daemon' must be the daemon's address (unix:///path/to/socket)")
+        tenant = extra.pop("tenant", None)
+        if tenant is not None and self._daemon is None:
+            fail("'tenant' needs 'daemon' (an embedded store has no tenants)")
+        if tenant is not None and not isinstance(tenant, str):
+            fail(f"'tenant' must be a string, got {type(tenant).__name__}")
+        self._tenant = tenant or _shared_stores.tenant_name(self._model)
+        namespace = extra.pop("namespace", None)
+        if namespace is not None and not isinstance(namespace, str):
+            fail(f"'namespace' must be a string, got {type(namespace).__name__}")
+        self._namespace = f"{self._model or 'default'}/" if namespace is None else namespace
+        self._force_medium = extra.pop("force_medium", None)
+        if self._force_medium not in (None, "dram", "ssd"):
+            fail(f"'force_medium' must be 'dram' or 'ssd', got {self._force_medium!r}")
+        self._save_on_finish = extra.pop("save_on_finish", True)
+        if not isinstance(self._save_on_finish, bool):
+            fail("'save_on_finish' must be true or false")
+        if self._daemon is not None and extra:
+            fail(f"has store options with 'daemon': they belong to the daemon's configuration "
+                 f"(flatcake serve --config), not here: {', '.join(sorted(extra))}")
+        try:  # names, types and ranges checked now, so that a typo fails at startup
+            self._store_config = flatcake.normalize_config(extra)
+        except (ValueError, TypeError) as e:
+            fail(f"is bad: {e}; connector options: {', '.join(CONNECTOR_OPTIONS)}; store "
+                 f"options: {', '.join(flatcake.option_names())}")
+        self._user_set = set(extra)
+
+    def _open_store(self, dp_size: int) -> None:
+        if self._daemon is not None:
+            self._fingerprint = json.dumps({"daemon": self._daemon, "tenant": self._tenant})
+            self._store = _shared_stores.acquire(
+                self._fingerprint, lambda: flatcake.connect(self._daemon, tenant=self._tenant))
+            return
+        # An embedded store lives in one process. vLLM runs the scheduler and a single worker in
+        # one process (the engine core); with more workers, or several data-parallel engines,
+        # the scheduler's lookups would not see the workers' stores.
+        if self._tp_size * self._pp_size > 1 or dp_size > 1:
+            raise ValueError(
+                f"FlatCakeConnector: an embedded store serves one vLLM worker; this engine has "
+                f"TP {self._tp_size} x PP {self._pp_size} (DP {dp_size}): run `flatcake serve` "
+                f"and set \"daemon\" in kv_connector_extra_config")
+        config = dict(self._store_config)
+        if "tokens_per_block" not in self._user_set:
+            config["tokens_per_block"] = self._block_size  # one block is one vLLM block
+        self._fingerprint = json.dumps(config, sort_keys=True)
+        self._store = _shared_stores.acquire(self._fingerprint, lambda: flatcake.open(config))
+
+    def _worker_ranks(self, parallel: Any) -> Tuple[int, int]:
+        try:
+            from vllm.distributed import parallel_state  # type: ignore
+
+            return (int(parallel_state.get_tensor_model_parallel_rank()),
+                    int(parallel_state.get_pp_group().rank_in_group))
+        except (ImportError, AssertionError, AttributeError):
+            # No vLLM process groups: vLLM numbers a worker pp_rank * tp_size + tp_rank.
+            rank = int(getattr(parallel, "rank", 0) or 0)
+            return rank % self._tp_size, rank // self._tp_size
+
+    def _key_suffix(self, tp_rank: int, pp_rank: int) -> str:
+        suffix = "" if self._mla else f"_tp{tp_rank}of{self._tp_size}"
+        return suffix + (f"_pp{pp_rank}of{self._pp_size}" if self._pp_size > 1 else "")
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: Dict[str, Any]) -> bool:
+        # wait_for_layer_load and save_kv_layer run between layers: not capturable.
+        return True
+
+    # --- scheduler side -----------------------------------------------------------------------
+    def _block_keys(self, request: Any, max_blocks: int) -> List[str]:
+        """Keys (without worker suffix) of the request's first full blocks, at most max_blocks."""
+        hashes = request.block_hashes
+        if getattr(self, "use_eagle_prefix_cache_hashing", False):
+            hashes = hashes[:request.num_publishable_block_hashes]  # base.py's publication fence
+        if len(request.block_hashes) > request.num_tokens // self._block_size:
+            logger.warning("FlatCakeConnector: request %s has %d block hashes for %d tokens: "
+                           "hashes finer than the %d-token block are not supported",
+                           request.request_id, len(request.block_hashes), request.num_tokens,
+                           self._block_size)
+            return []
+        return [self._namespace + _hash_hex(h) for h in hashes[:max(max_blocks, 0)]]
+
+    def _leading_hits(self, keys: List[str]) -> int:
+        """Leading blocks every worker's keys have in the store."""
+        tps = [0] if self._mla else range(self._tp_size)
+        for tp in tps:
+            for pp in range(self._pp_size):
+                if not keys:
+                    return 0
+                suffix = self._key_suffix(tp, pp)
+                try:
+                    n = self._store.lookup([k + suffix for k in keys]).leading_hits
+                except flatcake.Error as e:  # the daemon restarting: a miss, not a failure
+                    logger.warning("FlatCakeConnector: lookup failed (%s); counting a miss", e)
+                    return 0
+                keys = keys[:n]
+        return len(keys)
+
+    def get_num_new_matched_tokens(self, request: Any,
+                                   num_computed_tokens: int) -> Tuple[Optional[int], bool]:
+        """Tokens FlatCake supplies beyond ``num_computed_tokens``: whole blocks of the leading
+        run that every worker has, leaving the last token to compute. Loads are synchronous
+        (layer by layer in the next step), so the second value is False."""
+        self.counters["lookups"] += 1
+        keys = self._block_keys(request, (request.num_tokens - 1) // self._block_size)
+        hits = self._leading_hits(keys)
+        self._hits[request.request_id] = hits
+        if not self._loads or getattr(request, "skip_reading_prefix_cache", False):
+            return 0, False
+        return max(hits * self._block_size - num_computed_tokens, 0), False
+
+    def update_state_after_alloc(self, request: Any, blocks: Any,
+                                 num_external_tokens: int) -> None:
+        block_ids = list(blocks.get_block_ids()[0]) if blocks is not None else []
+        hits = self._hits.pop(request.request_id, 0)
+        state = _RequestState(request, block_ids, stored_blocks=hits)
+        if num_external_tokens > 0:
+            if num_external_tokens % self._block_size:
+                raise ValueError(f"FlatCakeConnector: {num_external_tokens} external tokens for "
+                                 f"{request.request_id} are not whole {self._block_size}-token "
+                                 "blocks")
+            state.load = (hits - num_external_tokens // self._block_size, hits)
+        self._reqs[request.request_id] = state
+
+    def _hints(self, request: Any) -> Tuple[str, int]:
+        params = getattr(request, "kv_transfer_params", None) or {}
+        session = params.get("flatcake_session") or request.request_id
+        return str(session), int(params.get("flatcake_turn", 0) or 0)
+
+    def _save_run(self, state: _RequestState, full_blocks: int, finish: bool) -> Optional[_BlockRun]:
+        """The run of blocks [stored, full_blocks) not yet in the store; advances stored."""
+        request = state.request
+        keys = self._block_keys(request, min(full_blocks, len(state.block_ids)))
+        start = state.stored_blocks
+        if not self._saves or len(keys) <= start:
+            return None
+        session, turn = self._hints(request)
+        state.stored_blocks = len(keys)
+        return _BlockRun(request.request_id, keys[start:], state.block_ids[start:len(keys)],
+                         session=session, turn=turn,
+                         prefix_tail=keys[start - 1] if start > 0 else None,
+                         context_tokens=start * self._block_size, finish=finish)
+
+    def _plan_step(self, meta: FlatCakeConnectorMetadata, state: _RequestState,
+                   computed_after_step: int) -> None:
+        request = state.request
+        if state.load is not None:
+            start, end = state.load
+            state.load = None
+            keys = self._block_keys(request, end)
+            meta.loads.append(_BlockRun(request.request_id, keys[start:end],
+                                        state.block_ids[start:end]))
+        # Prompt blocks are saved in the step that completes them; reply blocks at the end.
+        full = min(computed_after_step, request.num_tokens, request.num_prompt_tokens)
+        run = self._save_run(state, full // self._block_size, finish=False)
+        if run is not None:
+            meta.saves.append(run)
+
+    def build_connector_meta(self, scheduler_output: Any) -> FlatCakeConnectorMetadata:
+        meta = FlatCakeConnectorMetadata()
+        scheduled = scheduler_output.num_scheduled_tokens
+        for new in scheduler_output.scheduled_new_reqs:
+            state = self._reqs.get(new.req_id)
+            if state is not None:
+                state.block_ids = list(new.block_ids[0])
+                self._plan_step(meta, state, new.num_computed_tokens + scheduled[new.req_id])
+        cached = scheduler_output.scheduled_cached_reqs
+        resumed = getattr(cached, "resumed_req_ids", set())
+        for i, req_id in enumerate(cached.req_ids):
+            state = self._reqs.get(req_id)
+            if state is None:
+                continue
+            new_ids = cached.new_block_ids[i]
+            if req_id in resumed:  # after a preemption: the request's whole new block table
+                state.block_ids = list(new_ids[0]) if new_ids is not None else []
+            elif new_ids is not None:
+                state.block_ids.extend(new_ids[0])
+            self._plan_step(meta, state, cached.num_computed_tokens[i] + scheduled[req_id])
+        meta.saves.extend(self._finish_runs)
+        self._finish_runs = []
+        return meta
+
+    def request_finished(self, request: Any, block_ids: List[int]) -> Tuple[bool, Optional[dict]]:
+        """Saves the request's full blocks not yet stored (those decoding filled) in the next
+        step; returns True while that save holds the blocks."""
+        state = self._reqs.pop(request.request_id, None)
+        self._hits.pop(request.request_id, None)
+        if state is None or not self._save_on_finish:
+            return False, None
+        state.block_ids = list(block_ids)
+        run = self._save_run(state, request.num_computed_tokens // self._block_size, finish=True)
+        if run is None:
+            return False, None
+        self._finish_runs.append(run)
+        return True, None
+
+    # --- worker side: registration ------------------------------------------------------------
+    def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]) -> None:
+        if not kv_caches:
+            raise ValueError("FlatCakeConnector.register_kv_caches: no KV cache tensors")
+        names = list(kv_caches)
+        numbers = [_layer_number(n) for n in names]
+        if all(n is not None for n in numbers):
+            names = [n for _, n in sorted(zip(numbers, names))]
+        first = kv_caches[names[0]]
+        views = []
+        for name in names:
+            t = kv_caches[name]
+            if t.shape != first.shape or t.dtype != first.dtype or t.device != first.device:
+                raise ValueError(f"FlatCakeConnector: layer {name} has KV cache {list(t.shape)} "
+                                 f"{t.dtype} on {t.device}, layer {names[0]} {list(first.shape)} "
+                                 f"{first.dtype} on {first.device}: FlatCake needs uniform layers")
+            views.append(_paged_bytes(t, self._mla, self._block_size))
+        planes, num_blocks, slice_bytes = views[0].shape
+        layout = flatcake.KvLayout(len(names), planes, slice_bytes)
+        layout.validate()
+        self._layout, self._views = layout, views
+        self._layer_index = {name: i for i, name in enumerate(names)}
+        self._device = first.device
+        self._staged = first.device.type != "cpu"
+        # For the in-place path: per layer (address, plane stride, block stride) in bytes.
+        self._ptr_base = torch.tensor([[v.data_ptr(), v.stride(0), v.stride(1)] for v in views],
+                                      dtype=torch.int64)
+        logger.info("FlatCakeConnector: %d layers, block %r, %s, key suffix %r, store %s",
+                    len(names), layout, "staged through host memory" if self._staged
+                    else "in place", self._suffix, self._store.info())
+
+    def TEST_stage_through_host(self) -> None:  # noqa: N802 - a test hook
+        """Moves CPU tensors through the host staging buffers as CUDA tensors are, so that the
+        tests, which have no GPU, run the staging code."""
+        self._staged = True
+
+    def _paged_pointers(self, block_ids: List[int]) -> List[int]:
+        """slice_pointers into the paged cache: [(b * layers + l) * planes + p]."""
+        blocks = torch.tensor(block_ids, dtype=torch.int64).view(-1, 1, 1)
+        planes = torch.arange(self._layout.num_planes, dtype=torch.int64).view(1, 1, -1)
+        base = self._ptr_base
+        ptrs = (base[:, 0].view(1, -1, 1) + planes * base[:, 1].view(1, -1, 1) +
+                blocks * base[:, 2].view(1, -1, 1))
+        return ptrs.flatten().tolist()
+
+    def _staging_pointers(self, buf: torch.Tensor, n: int) -> List[int]:
+        """slice_pointers into a host buffer laid out [layer][plane][block][slice_bytes]."""
+        lay = self._layout
+        idx = (torch.arange(lay.num_layers, dtype=torch.int64).view(1, -1, 1) * lay.num_planes +
+               torch.arange(lay.num_planes, dtype=torch.int64).view(1, 1, -1)) * n + \
+            torch.arange(n, dtype=torch.int64).view(-1, 1, 1)
+        return (buf.data_ptr() + idx * lay.slice_bytes).flatten().tolist()
+
+    def _staging_view(self, buf: torch.Tensor, n: int) -> torch.Tensor:
+        lay = self._layout
+        return buf.view(lay.num_layers, lay.num_planes, n, lay.slice_bytes)
+
+    def _require_layout(self, op: str) -> flatcake.KvLayout:
+        if self._layout is None:
+            raise RuntimeError(f"FlatCakeConnector.{op}: no KV caches registered; vLLM calls "
+                               "register_kv_caches() first")
+        return self._layout
+
+    # --- worker side: loads -------------------------------------------------------------------
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+        """Writes the finished requests' blocks, then starts this step's restores."""
+        if not self.has_connector_metadata():
+            return
+        meta = self._get_connector_metadata()
+        if not meta.loads and not meta.saves:
+            return
+        layout = self._require_layout("start_load_kv")
+        self._save_staging.reset()
+        for run in meta.saves:
+            if run.finish:
+                self._write(run, self._gather_all(run))
+                self._saved_finish.add(run.req_id)
+        self._load_staging.reset()
+        for run in meta.loads:
+            keys = [k + self._suffix for k in run.keys]
+            staging = None
+            if self._staged:
+                staging = self._load_staging.take(len(keys) * layout.block_bytes)
+                ptrs = self._staging_pointers(staging, len(keys))
+            else:
+                ptrs = self._paged_pointers(run.block_ids)
+            try:
+                handle = self._store.restore(keys, layout, ptrs, kind="slice_pointers")
+            except (flatcake.Error, ValueError) as e:
+                logger.warning("FlatCakeConnector: restore of %d blocks of %s failed: %s",
+                               len(keys), run.req_id, e)
+                self._load_errors.update(run.block_ids)
+                continue
+            self._pending.append(_PendingLoad(run, handle, staging))
+
+    def _copy_layer_in(self, load: _PendingLoad, layer: int) -> None:
+        """CUDA path: one layer of a staged restore onto the device."""
+        if load.staging is None or layer in load.copied:
+            return
+        load.copied.add(layer)
+        src = self._staging_view(load.staging, len(load.run.block_ids))[layer]
+        ids = torch.tensor(load.run.block_ids, dtype=torch.int64, device=self._device)
+        for p in range(self._layout.num_planes):
+            self._views[layer][p].index_copy_(0, ids, src[p].to(self._device, non_blocking=True))
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        """Blocks until layer ``layer_name`` of every restore of this step is in place."""
+        layer = self._layer_index.get(layer_name)
+        if layer is None:
+            return
+        for load in self._pending:
+            if load.failed:
+                continue
+            try:
+                load.handle.wait_layer(layer)
+            except flatcake.Error as e:
+                logger.warning("FlatCakeConnector: restore for %s failed: %s", load.run.req_id, e)
+                load.failed = True
+                continue
+            self._copy_layer_in(load, layer)
+
+    def _finish_loads(self) -> None:
+        """Completes this step's restores; blocks they did not deliver become load errors."""
+        for load in self._pending:
+            delivered = [False] * len(load.run.block_ids)
+            if not load.failed:
+                load.handle.wait()
+                try:
+                    delivered = [bool(f) for f in load.handle.result.found]
+                except flatcake.Error as e:
+                    logger.warning("FlatCakeConnector: restore for %s failed: %s",
+                                   load.run.req_id, e)
+            if not load.failed:  # layers no wait_for_layer_load asked for (CUDA path)
+                for layer in range(self._layout.num_layers):
+                    self._copy_layer_in(load, layer)
+            missed = [b for b, ok in zip(load.run.block_ids, delivered) if not ok]
+            self._load_errors.update(missed)
+            self.counters["load_errors"] += len(missed)
+            self.counters["blocks_loaded"] += len(delivered) - len(missed)
+        if self._pending and self._staged:
+            self._load_staging.fence(self._device)
+        self._pending = []
+
+    def get_block_ids_with_load_errors(self) -> Set[int]:
+        self._finish_loads()
+        errors, self._load_errors = self._load_errors, set()
+        return errors
+
+    # --- worker side: saves -------------------------------------------------------------------
+    def _gather_layer(self, run: _BlockRun, buf: torch.Tensor, layer: int) -> None:
+        """CUDA path: copies one layer of the run's blocks into its host buffer."""
+        dst = self._staging_view(buf, len(run.block_ids))[layer]
+        ids = torch.tensor(run.block_ids, dtype=torch.int64, device=self._device)
+        for p in range(self._layout.num_planes):
+            dst[p].copy_(self._views[layer][p].index_select(0, ids), non_blocking=True)
+
+    def _gather_all(self, run: _BlockRun) -> List[int]:
+        """Pointers to the run's bytes: the paged cache itself, or (CUDA) a filled host copy."""
+        if not self._staged:
+            return self._paged_pointers(run.block_ids)
+        buf = self._save_staging.take(len(run.block_ids) * self._layout.block_bytes)
+        for layer in range(self._layout.num_layers):
+            self._gather_layer(run, buf, layer)
+        _sync(self._device)
+        return self._staging_pointers(buf, len(run.block_ids))
+
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any,
+                      **kwargs: Any) -> None:
+        """CUDA path: copies this layer of the step's saves out as soon as attention wrote it.
+        In place (CPU) there is nothing to do until wait_for_save."""
+        layer = self._layer_index.get(layer_name)
+        if not self._staged or layer is None or not self.has_connector_metadata():
+            return
+        for i, run in enumerate(self._get_connector_metadata().saves):
+            if run.finish:
+                continue
+            if i not in self._save_buffers:
+                if not self._save_buffers:
+                    self._save_staging.reset()
+                nbytes = len(run.block_ids) * self._layout.block_bytes
+                self._save_buffers[i] = (self._save_staging.take(nbytes), set())
+            buf, done = self._save_buffers[i]
+            self._gather_layer(run, buf, layer)
+            done.add(layer)
+
+    def wait_for_save(self) -> None:
+        """Writes this step's prompt blocks (the forward has computed them all by now)."""
+        if not self.has_connector_metadata():
+            return
+        self._finish_loads()
+        runs = [(i, r) for i, r in enumerate(self._get_connector_metadata().saves)
+                if not r.finish]
+        if not runs:
+            return
+        self._require_layout("wait_for_save")
+        if not self._staged:
+            for _, run in runs:
+                self._write(run, self._paged_pointers(run.block_ids))
+            return
+        for i, run in runs:  # layers whose save_kv_layer did not come (not through attention)
+            buf, done = self._save_buffers.setdefault(
+                i, (self._save_staging.take(len(run.block_ids) * self._layout.block_bytes), set()))
+            for layer in set(range(self._layout.num_layers)) - done:
+                self._gather_layer(run, buf, layer)
+        _sync(self._device)
+        for i, run in runs:
+            self._write(run, self._staging_pointers(self._save_buffers[i][0],
+                                                    len(run.block_ids)))
+        self._save_buffers = {}
+
+    def _write(self, run: _BlockRun, ptrs: List[int]) -> None:
+        """One put; a failure is logged (a dropped save is a later miss, not an error)."""
+        keys = [k + self._suffix for k in run.keys]
+        tail = run.prefix_tail + self._suffix if run.prefix_tail is not None else None
+        try:
+            put = self._store.put(keys, self._layout, ptrs, kind="slice_pointers",
+                                  session=run.session, prefix_tail=tail, turn=run.turn,
+                                  context_tokens=run.context_tokens,
+                                  force_medium=self._force_medium)
+            self.counters["blocks_saved"] += put.written
+        except (flatcake.Error, ValueError) as e:
+            self.counters["save_errors"] += len(keys)
+            logger.warning("FlatCakeConnector: saving %d blocks of %s failed: %s", len(keys),
+                           run.req_id, e)
+
+    def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], None]:
+        """Requests whose end-of-request save is written (vLLM may now free their blocks)."""
+        for req_id in finished_req_ids:
+            self._finished_ids[req_id] = None
+        while len(self._finished_ids) > _FINISHED_IDS_KEPT:
+            self._finished_ids.popitem(last=False)
+        done = {r for r in self._saved_finish if r in self._finished_ids}
+        for req_id in done:
+            self._saved_finish.discard(req_id)
+            del self._finished_ids[req_id]
+        return (done or None), None
+
+    def shutdown(self) -> None:
+        """Finishes this step's restores and returns the store (the last user closes it)."""
+        if self._pending:
+            self._finish_loads()
+        if self._fingerprint is not None:
+            _shared_stores.release(self._fingerprint)
+            self._fingerprint = None

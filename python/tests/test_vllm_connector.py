@@ -1,0 +1,348 @@
+"""flatcake.vllm.FlatCakeConnector driven as vLLM drives a KV connector.
+
+The engine is vllm_standin (vLLM 003df296's connector interface and the scheduler, executor and
+worker paths around it; see vllm_standin/README.md) with the fake model of vllm_util.py, whose
+attention checks every byte of every earlier position of every layer before it computes.
+"""
+
+import dataclasses
+import inspect
+
+import pytest
+import torch
+
+import flatcake
+import flatcake.vllm as fv
+from flatcake import _shared_stores
+from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorBase_V1, KVConnectorRole
+from vllm.v1.kv_cache_interface import KVCacheConfig
+from isolated import run_without
+from vllm_util import SHAPES, Engine, paged_cache, prompt, vllm_config
+
+DRAM = {"dram_bytes": "64MiB"}
+BS = 16
+NAMED_METHODS = ("get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta",
+                 "request_finished", "register_kv_caches", "start_load_kv", "wait_for_layer_load",
+                 "save_kv_layer", "wait_for_save", "get_finished")
+needs_daemon = pytest.mark.skipif(not getattr(flatcake._core, "has_daemon_client", False),
+                                  reason="built without the daemon")
+
+
+class SpyStore:
+    """Forwards to a store and records puts and the restores' per-layer waits."""
+
+    def __init__(self, store, events):
+        self._store, self.events, self.puts = store, events, []
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def put(self, keys, layout, buffers, **hints):
+        self.puts.append((list(keys), hints))
+        return self._store.put(keys, layout, buffers, **hints)
+
+    def restore(self, keys, layout, buffers, **kw):
+        handle, events = self._store.restore(keys, layout, buffers, **kw), self.events
+
+        class Handle:
+            def __getattr__(self, name):
+                return getattr(handle, name)
+
+            def wait_layer(self, layer):
+                handle.wait_layer(layer)
+                events.append(("restored", layer))
+
+        return Handle()
+
+
+@pytest.fixture(autouse=True)
+def no_store_outlives_its_test():
+    """Engines of one test share a store (same configuration, one process); a failed test must
+    not leave its store to the next."""
+    yield
+    leaked = list(_shared_stores._stores)
+    for fingerprint in leaked:
+        while fingerprint in _shared_stores._stores:
+            _shared_stores.release(fingerprint)
+    assert not leaked, "a test left a store open"
+
+
+def spy(engine, rank=0):
+    worker = engine.workers[rank]
+    worker.connector._store = SpyStore(worker.connector._store, worker.events)
+    return worker.connector._store
+
+
+def test_the_connector_has_every_method_with_vllm_signatures():
+    assert issubclass(fv.FlatCakeConnector, KVConnectorBase_V1)
+    assert fv.KVConnectorBase_V1 is KVConnectorBase_V1  # the installed (stand-in) vLLM's
+    for name in NAMED_METHODS:
+        ours = inspect.signature(getattr(fv.FlatCakeConnector, name))
+        theirs = inspect.signature(getattr(KVConnectorBase_V1, name))
+        assert list(ours.parameters) == list(theirs.parameters), name
+    assert list(inspect.signature(fv.FlatCakeConnector).parameters) == [
+        "vllm_config", "role", "kv_cache_config"]
+    assert fv.FlatCakeConnector.requires_piecewise_for_cudagraph({}) is True
+
+
+def test_vllms_factory_builds_it_from_the_kv_transfer_config():
+    config = vllm_config(DRAM)
+    kv = KVCacheConfig(num_blocks=8)
+    sched = KVConnectorFactory.create_connector(config, KVConnectorRole.SCHEDULER, kv)
+    worker = KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, kv)
+    assert isinstance(sched, fv.FlatCakeConnector) and sched.role == KVConnectorRole.SCHEDULER
+    assert worker.role == KVConnectorRole.WORKER
+    assert sched._store is worker._store  # one process, one embedded store
+    worker.shutdown()
+    sched.shutdown()
+    assert sched._store.closed
+    hma = dataclasses.replace(config, scheduler_config=dataclasses.replace(
+        config.scheduler_config, disable_hybrid_kv_cache_manager=False))
+    with pytest.raises(ValueError, match="disable-hybrid-kv-cache-manager"):
+        KVConnectorFactory.create_connector(hma, KVConnectorRole.SCHEDULER, kv)
+
+
+def test_without_vllm_it_subclasses_its_own_interface():
+    run_without("vllm_standin", """
+        from types import SimpleNamespace as NS
+        import torch
+        import flatcake.vllm as fv
+        from flatcake import _vllm_iface
+        assert fv.KVConnectorBase_V1 is _vllm_iface.KVConnectorBase_V1, fv.KVConnectorBase_V1
+        assert issubclass(fv.FlatCakeConnector, _vllm_iface.KVConnectorBase_V1)
+        kv = NS(kv_role="kv_both", is_kv_producer=True,
+                kv_connector_extra_config={"dram_bytes": "16MiB"})
+        cfg = NS(kv_transfer_config=kv, cache_config=NS(block_size=16),
+                 model_config=NS(model="m", use_mla=False),
+                 parallel_config=NS(tensor_parallel_size=1, pipeline_parallel_size=1))
+        c = fv.FlatCakeConnector(cfg, fv.KVConnectorRole.WORKER, None)
+        c.register_kv_caches({f"model.layers.{i}.attn": torch.zeros(2, 4, 16, 1, 8)
+                              for i in range(2)})
+        assert (c._layout.num_layers, c._layout.num_planes) == (2, 2)
+        req = NS(request_id="r", block_hashes=[b"x" * 32], num_tokens=20,
+                 skip_reading_prefix_cache=False)
+        assert c.get_num_new_matched_tokens(req, 0) == (0, False)
+        c.shutdown()
+        print("ok")
+    """)
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["in_place", "staged"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_request_saved_then_loaded_layer_by_layer(shape, staged):
+    """Engine A computes a 4-layer request and saves it; engine B (same store, empty GPU cache)
+    loads its prefix: each layer's restore has landed before that layer's attention runs, every
+    byte of every layer matches, and B samples what A sampled. `staged` runs the CUDA path's
+    host staging and copies (on CPU tensors: there is no GPU here)."""
+    a = Engine(DRAM, shape=shape, staged=staged)
+    p = prompt(100, seed=1)
+    want = a.serve("a", p, max_tokens=20)
+    assert a.mismatches == [] and a.workers[0].checked_slots > 0
+    # 6 prompt blocks written by the prefill, 1 reply block at the end (119 tokens computed).
+    assert a.workers[0].connector.counters["blocks_saved"] == 7
+    b = Engine(DRAM, shape=shape, staged=staged)
+    store = spy(b)
+    b.add("b", p, max_tokens=20)
+    b.step()  # the load step
+    w = b.workers[0]
+    assert b.scheduler.admissions == [("b", 0, 96)]  # (100 - 1) // 16 whole blocks from FlatCake
+    layers = list(range(4))
+    assert [w.layer_waits[i] for i in layers] == [f"model.layers.{i}.self_attn.attn"
+                                                  for i in layers]
+    assert w.events == [e for l in layers for e in (("restored", l), ("attention", l))]
+    planes = 1 if shape == "mla" else 2
+    assert w.checked_slots == 96 * 4 * planes and w.mismatches == []
+    assert b.run()["b"] == want and b.mismatches == []
+    assert w.connector.counters["blocks_loaded"] == 6
+    # The prompt's 6 blocks came from the store; nothing was written again but the reply's block.
+    assert [len(k) for k, _ in store.puts] == [1] and w.connector.counters["blocks_saved"] == 0
+    a.close()
+    b.close()
+
+
+def test_a_partial_prefix_hit_loads_only_the_blocks_beyond_the_local_hit():
+    a = Engine(DRAM)
+    base = prompt(100, seed=2)
+    a.serve("a", base, max_tokens=2)
+    b = Engine(DRAM)
+    # Shares 1 block with `base`: FlatCake supplies it; vLLM's own prefix cache then holds it.
+    b.serve("q", base[:20] + prompt(40, seed=3), max_tokens=2)
+    assert b.scheduler.admissions == [("q", 0, 16)]
+    # Shares 3 blocks (and 2 tokens) with `base`: 1 block is local, 2 come from FlatCake.
+    out = b.serve("r", base[:50] + prompt(50, seed=4), max_tokens=3)
+    assert b.scheduler.admissions[-1] == ("r", 16, 32)
+    assert b.mismatches == [] and b.workers[0].connector.counters["blocks_loaded"] == 1 + 2
+    c = Engine({})  # the same request, computed from scratch by an engine with its own store
+    assert c.serve("r", base[:50] + prompt(50, seed=4), max_tokens=3) == out
+    for e in (a, b, c):
+        e.close()
+
+
+def test_a_preempted_request_resumes_from_flatcake():
+    """Two requests fill the GPU cache; when the first needs a 7th block to decode, vLLM preempts
+    the second and frees its blocks. Without a local prefix cache, the resumed request loads its
+    prompt blocks (saved by its first prefill) from FlatCake instead of recomputing them."""
+    e = Engine(DRAM, num_blocks=12, prefix_caching=False)
+    pa, pb = prompt(90, seed=5), prompt(90, seed=6)
+    ra = e.add("a", pa, max_tokens=12)
+    rb = e.add("b", pb, max_tokens=12)
+    out = e.run()
+    assert rb.num_preemptions == 1 and ra.num_preemptions == 0
+    assert [x for x in e.scheduler.admissions if x[0] == "b"] == [("b", 0, 0), ("b", 0, 80)]
+    assert e.mismatches == []
+    ref = Engine({})  # room for both: no preemption
+    ref.add("a", pa, max_tokens=12)
+    ref.add("b", pb, max_tokens=12)
+    assert ref.run() == out
+    assert e.scheduler.kv_cache_manager.num_free_blocks == 12  # every block returned
+    e.close()
+    ref.close()
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["in_place", "staged"])
+def test_the_end_of_a_request_saves_its_reply_blocks_and_holds_them_until_then(staged):
+    e = Engine(DRAM, staged=staged)
+    store = spy(e)
+    turn1 = prompt(40, seed=7)
+    req = e.add("s", turn1, max_tokens=30,
+                kv_transfer_params={"flatcake_session": "conv-9", "flatcake_turn": 3})
+    finished = []
+    while not finished:
+        e.step()
+        finished = list(e.outputs)
+    # request_finished returned True: the blocks stay until the workers report the save.
+    assert req.num_computed_tokens == 69 and "s" in e.scheduler.requests
+    assert e.scheduler.kv_cache_manager.num_free_blocks == 64 - 5
+    e.step()  # the workers write blocks 2..3 (tokens 32..63) and report "s" in get_finished
+    assert "s" not in e.scheduler.requests
+    assert e.scheduler.kv_cache_manager.num_free_blocks == 64
+    (k0, h0), (k1, h1) = store.puts
+    assert len(k0) == 2 and len(k1) == 2  # prompt blocks 0-1 at prefill, 2-3 at the end
+    assert h1["prefix_tail"] == k0[-1] and h1["context_tokens"] == 32 and h0["prefix_tail"] is None
+    assert h0["session"] == h1["session"] == "conv-9" and h1["turn"] == 3
+    keys = k0 + k1
+    assert e.workers[0].connector._store.lookup(keys).leading_hits == 4
+    assert keys[0].startswith("org/test-model/") and keys[0].endswith("_tp0of1")
+    # The next turn's prompt is this turn's prompt, reply and more: with vLLM's own cache gone,
+    # FlatCake supplies the reply blocks too, byte for byte.
+    e.scheduler.kv_cache_manager.evict_cached(req.block_hashes)
+    e.serve("s2", turn1 + list(req.output_token_ids) + prompt(20, seed=17), max_tokens=2)
+    assert e.scheduler.admissions[-1] == ("s2", 0, 64) and e.mismatches == []
+    e.close()
+    off = Engine(dict(DRAM, save_on_finish=False))
+    spied = spy(off)
+    r = off.add("s", prompt(40, seed=7), max_tokens=30)
+    off.run()
+    assert r.request_id == "s" and [len(k) for k, _ in spied.puts] == [2]
+    assert spied.puts[0][1]["session"] == "s"  # the request id, when vLLM names no session
+    off.close()
+
+
+def test_kv_roles_producer_only_saves_consumer_only_loads():
+    a = Engine(DRAM, role="kv_producer")
+    p = prompt(64, seed=8)
+    a.serve("a", p, max_tokens=2)
+    a.scheduler.kv_cache_manager.evict_cached(a._reqs["a"].block_hashes)
+    a.serve("a2", p, max_tokens=2)
+    assert a.scheduler.admissions[-1] == ("a2", 0, 0)  # a producer never loads
+    c = Engine(DRAM, role="kv_consumer")
+    c.serve("c", p, max_tokens=2)
+    assert c.scheduler.admissions == [("c", 0, 48)] and c.mismatches == []
+    c.serve("d", prompt(64, seed=9), max_tokens=2)
+    assert c.workers[0].connector.counters["blocks_saved"] == 0  # a consumer never saves
+    a.close()
+    c.close()
+
+
+def test_a_block_the_store_lost_is_reported_and_recomputed():
+    a = Engine(DRAM)
+    p = prompt(100, seed=10)
+    want = a.serve("a", p, max_tokens=5)
+    b = Engine(DRAM)
+    b.add("b", p, max_tokens=5)
+    so = b.scheduler.schedule()  # the lookup found 6 blocks...
+    b.connector._store.clear()  # ...which are gone before the worker restores them
+    out = b.aggregator.aggregate([w.execute_model(so) for w in b.workers])
+    assert len(out.kv_connector_output.invalid_block_ids) == 6
+    b.scheduler.update_from_output(so, out)
+    b.workers[0].mismatches.clear()  # that step's attention read the unrestored blocks
+    assert b.run()["b"] == want and b.mismatches == []
+    assert b.workers[0].connector.counters["load_errors"] == 6
+    a.close()
+    b.close()
+
+
+@needs_daemon
+@pytest.mark.parametrize("shape", ["mha", "mla"])
+def test_two_ranks_through_the_daemon(daemon, shape):
+    """TP 2: one scheduler, two workers, one daemon. MHA ranks keep their own heads under their
+    own keys (a rank never receives the other's bytes); MLA ranks share one copy."""
+    cfg = {"daemon": daemon}
+    a = Engine(cfg, shape=shape, tp=2)
+    p = prompt(80, seed=11)
+    want = a.serve("a", p, max_tokens=3)
+    assert a.mismatches == []
+    w0, w1 = (w.connector for w in a.workers)
+    assert (w0._suffix, w1._suffix) == (("", "") if shape == "mla" else ("_tp0of2", "_tp1of2"))
+    keys = [w0._namespace + h.hex() for h in a._reqs["a"].block_hashes[:4]]
+    layout = w0._layout
+    blocks = []
+    for w in (w0, w1):
+        assert w._store.lookup([k + w._suffix for k in keys]).leading_hits == 4
+        buf = torch.zeros(layout.block_bytes, dtype=torch.uint8)
+        assert w._store.get([keys[0] + w._suffix], layout, buf).hits == 1
+        blocks.append(buf)
+    assert torch.equal(blocks[0], blocks[1]) == (shape == "mla")
+    b = Engine(cfg, shape=shape, tp=2)
+    assert b.serve("b", p, max_tokens=3) == want
+    assert b.scheduler.admissions == [("b", 0, 64)] and b.mismatches == []
+    assert all(w.connector.counters["blocks_loaded"] == 4 for w in b.workers)
+    if shape == "mha":
+        # Blocks that only rank 0 holds: the scheduler offers nothing, since rank 1 lacks them.
+        q = prompt(80, seed=12)
+        req = b.add("q", q, max_tokens=1)
+        ks = [w0._namespace + h.hex() + "_tp0of2" for h in req.block_hashes[:2]]
+        w0._store.put(ks, layout, torch.zeros(2 * layout.block_bytes, dtype=torch.uint8))
+        b.run()
+        assert b.scheduler.admissions[-1] == ("q", 0, 0)
+    a.close()
+    b.close()
+
+
+def test_bad_configuration_fails_at_startup_with_a_clear_error():
+    kv = KVCacheConfig(num_blocks=8)
+
+    def build(extra, role=KVConnectorRole.SCHEDULER, **kw):
+        return fv.FlatCakeConnector(vllm_config(extra, **kw), role, kv)
+
+    with pytest.raises(ValueError, match="dram_byte"):
+        build({"dram_byte": "1GiB"})
+    with pytest.raises(ValueError, match="kv_connector_extra_config"):
+        build({"dram_bytes": "lots"})
+    with pytest.raises(ValueError, match="belong to the daemon"):
+        build({"daemon": "/run/fc.sock", "ssd_bytes": "1GiB"})
+    with pytest.raises(ValueError, match="'tenant' needs 'daemon'"):
+        build({"tenant": "x"})
+    with pytest.raises(ValueError, match="force_medium"):
+        build({"force_medium": "tape"})
+    with pytest.raises(ValueError, match="save_on_finish"):
+        build({"save_on_finish": "yes"})
+    with pytest.raises(ValueError, match="daemon"):
+        build(DRAM, tp=2)  # an embedded store cannot serve two worker processes
+    with pytest.raises(ValueError, match="daemon"):
+        build(DRAM, dp=2)
+    worker = build(DRAM, role=KVConnectorRole.WORKER)
+    with pytest.raises(ValueError, match="MHA layer"):
+        worker.register_kv_caches({"model.layers.0.attn": torch.zeros(8, 16, 64)})
+    with pytest.raises(ValueError, match="uniform"):
+        worker.register_kv_caches({"model.layers.0.attn": paged_cache("mha", 8, 16, 2, 16),
+                                   "model.layers.1.attn": paged_cache("mha", 8, 16, 4, 16)})
+    with pytest.raises(ValueError, match="dense"):  # heads outside the block: not one range
+        worker.register_kv_caches({"model.layers.0.attn": torch.zeros(16, 2, 2, 8, 16).permute(
+            1, 2, 0, 3, 4)})
+    worker.shutdown()
+    mla = build(DRAM, role=KVConnectorRole.WORKER, mla=True)
+    with pytest.raises(ValueError, match="MLA layer"):
+        mla.register_kv_caches({"model.layers.0.attn": paged_cache("mha", 8, 16, 2, 16)})
+    mla.shutdown()
