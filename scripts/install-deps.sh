@@ -7,6 +7,7 @@ packages=(
   liburing-dev libxxhash-dev libzstd-dev zlib1g-dev
   libcli11-dev nlohmann-json3-dev libtbb-dev libprotobuf-dev protobuf-compiler
   libtomlplusplus-dev prometheus-cpp-dev etcd-server etcd-client
+  libucx-dev ucx-utils
   pybind11-dev python3-dev python3-torch python3-numpy python3-pytest
   clang clang-format clang-tidy gnuplot-nox
 )

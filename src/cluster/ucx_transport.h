@@ -1,0 +1,92 @@
+// UcxNode: the cluster's data transport on UCX (Debian libucx 1.13): one UCP worker, driven by
+// one progress thread that makes every UCX call (the worker runs single-threaded), offering
+//   - request/reply messages: Call sends (handler id, header, data) to a peer, named by its
+//     worker address, as a UCX active message; the peer's handler answers once through its
+//     Responder, from any thread; the caller's callback gets the reply, or an error when the peer
+//     is gone (UCX reports it: peer error handling) or the timeout passes;
+//   - one-sided reads: Register exposes a local region and packs its remote key; Get reads bytes
+//     of a peer's region (its address and packed key) straight into a local buffer with UCX RMA
+//     (ucp_get_nbx). UCX chooses the transport: shared memory or CMA on one machine, TCP between
+//     machines, RDMA where the fabric has it (docs/cluster.md).
+// Large messages travel by UCX rendezvous; a reply's data is copied once, into the string the
+// callback gets.
+//
+// Thread safety: every method may be called from any thread. Callbacks and handlers run on the
+// progress thread: they must not block on another Call or Get of the same node.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "flatcake/status.h"
+
+namespace flatcake::cluster {
+
+class UcxNode {
+ public:
+  // Answers a request: header and data of the reply, or an error status sent back instead.
+  using Responder = std::function<void(Status status, std::string header, std::string data)>;
+  using Handler = std::function<void(std::string_view peer, std::string header, std::string data,
+                                     Responder respond)>;
+  using ReplyCallback = std::function<void(Status status, std::string header, std::string data)>;
+
+  // A context and worker with active messages, RMA and wakeup, and the progress thread. IOError
+  // naming UCX's status when UCX cannot start.
+  static Result<std::unique_ptr<UcxNode>> Create();
+  // Stops the progress thread (pending calls and gets fail with Aborted), closes the endpoints,
+  // releases registrations, destroys the worker and context.
+  ~UcxNode();
+  UcxNode(const UcxNode&) = delete;
+  UcxNode& operator=(const UcxNode&) = delete;
+
+  // This worker's address (binary), what peers pass to Call and Get.
+  const std::string& address() const { return address_; }
+
+  // Handler for requests with `id` (0..65535); replaces any earlier one. Set handlers before
+  // peers call.
+  void SetHandler(uint32_t id, Handler handler);
+
+  // Exposes [base, base + len) to peers' Gets: a handle for Unregister and the packed key peers
+  // need (send it to them with the region's address). Registering a buffer that local Gets land
+  // in makes them faster (UCX would otherwise register it for each get); its key is then unused.
+  struct Registration {
+    uint64_t handle = 0;
+    std::string rkey;
+  };
+  Result<Registration> Register(void* base, size_t len);
+  void Unregister(uint64_t handle);
+
+  void Call(std::string_view peer, uint32_t id, std::string header, std::string data,
+            std::chrono::milliseconds timeout, ReplyCallback done);
+  // Call, waiting for the reply.
+  Result<std::pair<std::string, std::string>> CallSync(std::string_view peer, uint32_t id,
+                                                       std::string header, std::string data,
+                                                       std::chrono::milliseconds timeout);
+
+  // One piece of a Get: `len` bytes at `remote_addr` of the peer's region into `local`.
+  struct GetPiece {
+    void* local = nullptr;
+    uint64_t remote_addr = 0;
+    size_t len = 0;
+  };
+  // Reads every piece from `peer`'s region whose packed key is `rkey`; `done` runs once, after
+  // the last piece landed or with the first error (the peer gone, the timeout passed).
+  void Get(std::string_view peer, std::string rkey, std::vector<GetPiece> pieces,
+           std::chrono::milliseconds timeout, std::function<void(Status)> done);
+  Status GetSync(std::string_view peer, std::string rkey, std::vector<GetPiece> pieces,
+                 std::chrono::milliseconds timeout);
+
+ private:
+  class Impl;
+  explicit UcxNode(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  std::string address_;
+};
+
+}  // namespace flatcake::cluster
