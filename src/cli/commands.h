@@ -31,5 +31,8 @@ void RegisterRecoverBench(CLI::App& bench, int* exit_code);
 void RegisterPathsBench(CLI::App& bench, int* exit_code);
 // `bench daemon` (bench_daemon.cc) needs the daemon; serve_commands_absent.cc has its stand-in.
 void RegisterDaemonBench(CLI::App& bench, int* exit_code);
+// `bench cluster` (bench_cluster.cc) needs the daemon and UCX; serve_commands_absent.cc has its
+// stand-in.
+void RegisterClusterBench(CLI::App& bench, int* exit_code);
 
 }  // namespace flatcake::cli

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   flatcake::cli::RegisterRecoverBench(*bench, &exit_code);
   flatcake::cli::RegisterPathsBench(*bench, &exit_code);
   flatcake::cli::RegisterDaemonBench(*bench, &exit_code);
+  flatcake::cli::RegisterClusterBench(*bench, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

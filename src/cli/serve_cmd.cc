@@ -6,10 +6,8 @@
 // socket or pool is refused (exit 1, naming the holder).
 #include <pthread.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,13 +15,12 @@
 
 #include "cli/commands.h"
 #include "cli/store_flags.h"
-#include "cluster/membership.h"
+#include "cluster/cluster_node.h"
 #include "serve/daemon.h"
 #include "serve/metrics.h"
 #include "serve/metrics_observer.h"
 #include "serve/serve_config.h"
 #include "serve/serve_log.h"
-#include "store/flat_store.h"
 
 namespace flatcake::cli {
 namespace {
@@ -89,54 +86,6 @@ std::string NodeIdFile(const serve::ServeConfig& c) {
   return c.store.ssd_dirs.empty() ? std::string() : c.store.ssd_dirs.front() + "/cluster-node-id";
 }
 
-// The NodeID saved for cluster `name`, 0 when none is.
-uint32_t SavedNodeId(const std::string& file, const std::string& name) {
-  if (file.empty()) return 0;
-  std::ifstream in(file);
-  std::string cluster;
-  uint32_t id = 0;
-  if (in >> cluster >> id && cluster == name && id <= cluster::kMaxNodeId) return id;
-  return 0;
-}
-
-// Joins the cluster the configuration names, describing this daemon; its use is refreshed from
-// the store at each renewal.
-Result<std::unique_ptr<cluster::Membership>> JoinCluster(const serve::ServeConfig& c,
-                                                         serve::Daemon* daemon) {
-  FC_ASSIGN_OR_RETURN(std::vector<serve::HostPort> etcd, cluster::ParseEtcdEndpoints(c.etcd));
-  cluster::MembershipOptions o;
-  o.etcd = std::move(etcd);
-  o.cluster = c.cluster;
-  o.lease_ttl_s = c.lease_ttl_s;
-  const std::string id_file = NodeIdFile(c);
-  o.preferred_node_id = SavedNodeId(id_file, c.cluster);
-  o.self.name = c.node_name;
-  if (o.self.name.empty()) {
-    char host[256] = {};
-    if (::gethostname(host, sizeof(host) - 1) == 0) o.self.name = host;
-  }
-  o.self.socket = daemon->socket_path();
-  o.self.dram_capacity_bytes = c.store.dram_bytes;
-  o.self.ssd_capacity_bytes = c.store.ssd_dirs.empty() ? 0 : c.store.ssd_bytes;
-  o.self.pid = ::getpid();
-  o.self.version = FLATCAKE_VERSION;
-  o.refresh = [daemon](cluster::MemberInfo* m) {
-    const StoreStats s = daemon->store().GetStats();
-    m->dram_used_bytes = s.dram.used_bytes;
-    m->ssd_used_bytes = s.ssd.used_bytes;
-  };
-  FC_ASSIGN_OR_RETURN(std::unique_ptr<cluster::Membership> m,
-                      cluster::Membership::Join(std::move(o)));
-  if (!id_file.empty()) {
-    std::ofstream out(id_file, std::ios::trunc);
-    out << c.cluster << " " << m->node_id() << "\n";
-    if (!out.flush()) {
-      serve::Logf(serve::LogLevel::kWarning, "cannot save the NodeID in %s", id_file.c_str());
-    }
-  }
-  return m;
-}
-
 int RunServe(ServeArgs& a) {
   if (a.print_config) {
     std::fputs(serve::RenderServeConfigToml().c_str(), stdout);
@@ -173,6 +122,18 @@ int RunServe(ServeArgs& a) {
     observer = std::make_unique<serve::MetricsObserver>(metrics.get());
     options.observer = observer.get();
   }
+  // A cluster member's UCX worker exists before the daemon starts, so that the daemon answers
+  // ClusterView from its first client on (the members once it has joined). It outlives the
+  // daemon, which calls it.
+  std::unique_ptr<cluster::ClusterNode> node;
+  if (!config->etcd.empty()) {
+    auto created = cluster::ClusterNode::Create();
+    if (!created.ok()) {
+      return ReportStatus("serve", created.status().WithContext("cluster data path"));
+    }
+    node = std::move(*created);
+    options.cluster_view = node->ViewSource();
+  }
   auto daemon = serve::Daemon::Start(std::move(options));
   if (!daemon.ok()) return ReportOpenError("serve", daemon.status());
   if (metrics != nullptr) {
@@ -181,21 +142,25 @@ int RunServe(ServeArgs& a) {
     serve::Logf(serve::LogLevel::kInfo, "metrics at http://%s:%u/metrics", host.c_str(),
                 static_cast<unsigned>(metrics->port()));
   }
-  std::unique_ptr<cluster::Membership> membership;
-  if (!config->etcd.empty()) {
-    auto joined = JoinCluster(*config, daemon->get());
-    if (!joined.ok()) {
+  if (node != nullptr) {
+    cluster::ClusterNodeOptions co;
+    auto etcd = cluster::ParseEtcdEndpoints(config->etcd);  // checked with the configuration
+    if (etcd.ok()) co.etcd = std::move(*etcd);
+    co.cluster = config->cluster;
+    co.node_name = config->node_name;
+    co.lease_ttl_s = config->lease_ttl_s;
+    co.node_id_file = NodeIdFile(*config);
+    co.version = FLATCAKE_VERSION;
+    if (Status st = node->Join(daemon->get(), co); !st.ok()) {
       (*daemon)->Shutdown();
-      return ReportStatus("serve",
-                          joined.status().WithContext("joining cluster " + config->cluster));
+      return ReportStatus("serve", st.WithContext("joining cluster " + config->cluster));
     }
-    membership = std::move(*joined);
   }
   int sig = 0;
   while (sigwait(&stop, &sig) != 0) {
   }
   serve::Logf(serve::LogLevel::kInfo, "%s received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  if (membership != nullptr) membership->Leave();  // out of the cluster before the store closes
+  if (node != nullptr) node->Leave();  // out of the cluster before the store closes
   if (metrics != nullptr) serve::UnwatchDaemon(metrics.get());
   (*daemon)->Shutdown();
   return 0;

@@ -1,5 +1,5 @@
-// The daemon's commands in a build without the serve library (CMake found no protobuf or no
-// toml++), and `bench daemon`: each is still listed, and says why it cannot run.
+// The daemon's commands in a build without the serve library (CMake found no protobuf, toml++ or
+// UCX), and `bench daemon` and `bench cluster`: each is still listed, and says why it cannot run.
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -13,11 +13,12 @@ void RegisterAbsent(CLI::App& app, const char* name, const char* command, const 
   CLI::App* cmd = app.add_subcommand(name, description);
   cmd->allow_extras();
   cmd->callback([command, exit_code] {
-    std::fprintf(stderr,
-                 "flatcake %s: not built: this flatcake was built without the daemon "
-                 "(install libprotobuf-dev, protobuf-compiler and libtomlplusplus-dev, and "
-                 "rebuild)\n",
-                 command);
+    std::fprintf(
+        stderr,
+        "flatcake %s: not built: this flatcake was built without the daemon "
+        "(install libprotobuf-dev, protobuf-compiler, libtomlplusplus-dev and libucx-dev, and "
+        "rebuild)\n",
+        command);
     *exit_code = 1;
   });
 }
@@ -40,6 +41,11 @@ void RegisterClusterCommand(CLI::App& app, int* exit_code) {
 void RegisterDaemonBench(CLI::App& bench, int* exit_code) {
   RegisterAbsent(bench, "daemon", "bench daemon",
                  "Restore and lookup through the node daemon (not built)", exit_code);
+}
+
+void RegisterClusterBench(CLI::App& bench, int* exit_code) {
+  RegisterAbsent(bench, "cluster", "bench cluster",
+                 "Remote restores against UCX's own bandwidth (not built)", exit_code);
 }
 
 }  // namespace flatcake::cli

@@ -11,10 +11,12 @@
 #include <sstream>
 #include <thread>
 
+#include "cluster/cluster_store.h"
 #include "cluster/etcd_process.h"
 #include "serve/remote_store.h"
 #include "testing/child_process.h"
 #include "testing/serve_client_options.h"
+#include "util/block_content.h"
 #include "util/temp_dir.h"
 
 namespace flatcake::cluster {
@@ -36,7 +38,7 @@ class ClusterProcessTest : public ::testing::Test {
 
   std::string Socket(int i) const { return dir_.File("n" + std::to_string(i) + ".sock"); }
 
-  std::unique_ptr<Child> StartNode(int i) {
+  std::unique_ptr<Child> StartNode(int i, uint64_t dram_bytes = 0) {
     const std::string pool = dir_.File("pool" + std::to_string(i));
     std::filesystem::create_directories(pool);
     std::vector<std::string> argv = {FLATCAKE_BINARY,    "serve",
@@ -146,6 +148,156 @@ TEST_F(ClusterProcessTest, DaemonsJoinDropOutRejoinAndRideOutAnEtcdOutage) {
   const auto t1 = std::chrono::steady_clock::now();
   WaitMembers({"node0", "node1"});
   EXPECT_LE(std::chrono::steady_clock::now() - t1, milliseconds(1500));
+}
+
+constexpr KvLayout kLayout{4, 2, 4096};  // 32 KiB blocks
+
+std::vector<Key> SessionKeys(const std::string& name, int n) {
+  std::vector<Key> keys;
+  for (int i = 0; i < n; ++i) keys.push_back(KeyFromString(name + "/" + std::to_string(i)));
+  return keys;
+}
+
+// A session name whose home (its first key's) is `node` in `store`'s placement.
+std::string SessionHomedAt(ClusterStore& store, uint32_t node, const std::string& tag) {
+  for (int i = 0; i < 10000; ++i) {
+    const std::string name = tag + std::to_string(i);
+    const std::vector<uint32_t> order = store.Placement(SessionKeys(name, 1)[0]);
+    if (!order.empty() && order[0] == node) return name;
+  }
+  return "";
+}
+
+std::unique_ptr<ClusterStore> ConnectCluster(const std::string& socket) {
+  auto c = ClusterStore::Connect(socket, "t", flatcake::testing::SmallClientOptions());
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+Result<PutResult> PutSession(Store& s, const std::vector<Key>& keys, const std::string& session,
+                             std::optional<MediaType> medium = std::nullopt) {
+  std::vector<std::vector<uint8_t>> blocks(keys.size(),
+                                           std::vector<uint8_t>(kLayout.block_bytes()));
+  std::vector<void*> ptrs;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    FillBlock(keys[i], blocks[i].data(), kLayout.block_bytes());
+    ptrs.push_back(blocks[i].data());
+  }
+  WriteHints h;
+  h.session = session;
+  h.force_medium = medium;
+  return s.Put(keys, kLayout, BlockBuffers{BufferKind::kBlockContiguous, ptrs}, h);
+}
+
+struct Restored {
+  GetResult result;
+  std::vector<uint32_t> layers;  // in the order on_layer reported them
+  size_t wrong_bytes = 0;        // in blocks reported found
+};
+
+// Restores `keys` through `s` into per-slice buffers and compares every found block's bytes.
+Restored RestoreSession(Store& s, const std::vector<Key>& keys) {
+  Restored out;
+  const uint64_t bb = kLayout.block_bytes();
+  std::vector<uint8_t> mem(keys.size() * bb, 0xee);
+  std::vector<void*> ptrs;  // kSlicePointers, each slice in its place of a contiguous block
+  for (size_t b = 0; b < keys.size(); ++b) {
+    for (uint32_t l = 0; l < kLayout.num_layers; ++l) {
+      for (uint32_t p = 0; p < kLayout.num_planes; ++p) {
+        ptrs.push_back(mem.data() + b * bb + (l * kLayout.num_planes + p) * kLayout.slice_bytes);
+      }
+    }
+  }
+  Mutex mu;
+  RestoreOptions ro;
+  ro.on_layer = [&](uint32_t l) {
+    MutexLock lock(mu);
+    out.layers.push_back(l);
+  };
+  auto h = s.Restore(keys, kLayout, BlockBuffers{BufferKind::kSlicePointers, ptrs}, ro);
+  EXPECT_TRUE(h.ok()) << h.status().ToString();
+  if (!h.ok()) return out;
+  auto r = (*h)->Wait();
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return out;
+  out.result = *r;
+  std::vector<uint8_t> expect(bb);
+  for (size_t b = 0; b < keys.size(); ++b) {
+    if (!r->found[b]) continue;
+    FillBlock(keys[b], expect.data(), bb);
+    for (uint64_t i = 0; i < bb; ++i) out.wrong_bytes += mem[b * bb + i] != expect[i];
+  }
+  return out;
+}
+
+// Sessions written through node 0 whose homes are nodes 1 (SSD only) and 2 (DRAM) are found and
+// restored byte-exact through the other nodes, layers in order; a home killed mid-restore turns
+// its blocks into misses in bounded time, never errors or wrong bytes.
+TEST_F(ClusterProcessTest, SessionsAreRestoredByteExactThroughAnyNode) {
+  std::vector<std::unique_ptr<Child>> nodes;
+  nodes.push_back(StartNode(0));
+  nodes.push_back(StartNode(1, 0));  // no DRAM: its blocks are on SSD
+  nodes.push_back(StartNode(2, 32 << 20));
+  auto ids = WaitMembers({"node0", "node1", "node2"});
+  ASSERT_EQ(ids.size(), 3u);
+  auto c0 = ConnectCluster(Socket(0));
+  auto c1 = ConnectCluster(Socket(1));
+  auto c2 = ConnectCluster(Socket(2));
+  ASSERT_TRUE(c0 && c1 && c2);
+  ASSERT_TRUE(c0->clustered());
+  EXPECT_EQ(c0->local_node_id(), ids["node0"]);
+  for (int i = 0; i < 100 && c0->Placement(Key{1, 2}).size() != 3; ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  ASSERT_EQ(c0->Placement(Key{1, 2}).size(), 3u);
+
+  const std::string on_ssd = SessionHomedAt(*c0, ids["node1"], "ssd-");
+  const std::string on_dram = SessionHomedAt(*c0, ids["node2"], "dram-");
+  ASSERT_FALSE(on_ssd.empty());
+  ASSERT_FALSE(on_dram.empty());
+  const std::vector<Key> ssd_keys = SessionKeys(on_ssd, 48);
+  const std::vector<Key> dram_keys = SessionKeys(on_dram, 48);
+  auto p1 = PutSession(*c0, ssd_keys, on_ssd);
+  ASSERT_TRUE(p1.ok()) << p1.status().ToString();
+  EXPECT_EQ(p1->written, 48u);
+  auto p2 = PutSession(*c0, dram_keys, on_dram, MediaType::kDram);
+  ASSERT_TRUE(p2.ok()) << p2.status().ToString();
+  EXPECT_EQ(p2->written, 48u);
+  // Every client computes the same homes.
+  EXPECT_EQ(c2->Placement(ssd_keys[0]), c0->Placement(ssd_keys[0]));
+  EXPECT_EQ(c1->Lookup(ssd_keys).leading_hits, 48u);
+  EXPECT_EQ(c2->Lookup(dram_keys).leading_hits, 48u);
+  EXPECT_EQ(c0->Lookup(SessionKeys(on_ssd + "x", 4)).leading_hits, 0u);
+
+  // SSD-resident blocks of node 1, restored through node 2 (streamed layer by layer).
+  Restored a = RestoreSession(*c2, ssd_keys);
+  EXPECT_EQ(a.result.leading_hits, 48u);
+  EXPECT_EQ(a.result.bytes_from_ssd, 48 * kLayout.block_bytes());
+  EXPECT_EQ(a.wrong_bytes, 0u);
+  EXPECT_EQ(a.layers, (std::vector<uint32_t>{0, 1, 2, 3}));
+  // DRAM-resident blocks of node 2, read with UCX gets through node 1.
+  Restored b = RestoreSession(*c1, dram_keys);
+  EXPECT_EQ(b.result.leading_hits, 48u);
+  EXPECT_EQ(b.result.bytes_from_dram, 48 * kLayout.block_bytes());
+  EXPECT_EQ(b.wrong_bytes, 0u);
+  EXPECT_EQ(b.layers, (std::vector<uint32_t>{0, 1, 2, 3}));
+  // And through the writer's own node, and on the home itself (the local path).
+  EXPECT_EQ(RestoreSession(*c0, dram_keys).wrong_bytes, 0u);
+  Restored local = RestoreSession(*c2, dram_keys);
+  EXPECT_EQ(local.result.leading_hits, 48u);
+  EXPECT_EQ(local.wrong_bytes, 0u);
+
+  // Node 2 killed: its sessions become misses, within the request timeout.
+  nodes[2]->Kill(SIGKILL);
+  nodes[2]->Wait();
+  const auto t0 = std::chrono::steady_clock::now();
+  Restored gone = RestoreSession(*c1, dram_keys);
+  EXPECT_EQ(gone.result.hits, 0u);
+  EXPECT_EQ(gone.wrong_bytes, 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, seconds(12));
+  EXPECT_EQ(c1->Lookup(dram_keys).leading_hits, 0u);
+  // Node 1's SSD session is untouched.
+  EXPECT_EQ(RestoreSession(*c0, ssd_keys).result.leading_hits, 48u);
 }
 
 TEST_F(ClusterProcessTest, BadClusterFlagsAreRefusedClearly) {

@@ -25,6 +25,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +35,7 @@
 #include "flatcake/gva.h"
 #include "flatcake/options.h"
 #include "flatcake/status.h"
+#include "serve/cluster_view.h"
 #include "serve/daemon_events.h"
 #include "serve/tenants.h"
 #include "serve/unix_socket.h"
@@ -106,6 +108,9 @@ struct DaemonOptions {
   // not fall on a block reserved after them. 0: at once. Not applied at shutdown.
   std::chrono::milliseconds write_quarantine{1000};
   DaemonObserver* observer = nullptr;  // not owned; outlives the daemon; null: none
+  // Answers clients' ClusterView requests (docs/cluster.md); called on a connection's thread.
+  // Null: a one-node store (the reply says the cluster is not enabled).
+  std::function<ClusterViewInfo()> cluster_view;
 };
 
 class Daemon {

@@ -15,6 +15,7 @@ RequestType RequestTypeOf(const rpc::Request& request) {
     case rpc::Request::kPinRead: return RequestType::kPinRead;
     case rpc::Request::kUnpin: return RequestType::kUnpin;
     case rpc::Request::kStats: return RequestType::kStats;
+    case rpc::Request::kClusterView: return RequestType::kClusterView;
     case rpc::Request::BODY_NOT_SET: break;
   }
   return RequestType::kUnknown;

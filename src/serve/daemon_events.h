@@ -28,11 +28,12 @@ enum class RequestType : uint8_t {
   kPinRead,
   kUnpin,
   kStats,
+  kClusterView,
   kUnknown,  // a body this build does not know (answered Unsupported)
 };
-inline constexpr std::array<std::string_view, 10> kRequestTypeNames = {
-    "hello",       "lookup",   "exists", "reserve_write", "publish_write",
-    "abort_write", "pin_read", "unpin",  "stats",         "unknown"};
+inline constexpr std::array<std::string_view, 11> kRequestTypeNames = {
+    "hello",    "lookup", "exists", "reserve_write", "publish_write", "abort_write",
+    "pin_read", "unpin",  "stats",  "cluster_view",  "unknown"};
 RequestType RequestTypeOf(const rpc::Request& request);
 // "hello", "lookup", ..., "unknown".
 inline std::string_view RequestTypeName(RequestType type) {

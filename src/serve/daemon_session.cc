@@ -210,6 +210,10 @@ void ClientSession::Dispatch(const rpc::Request& request) {
     case rpc::Request::kPinRead: st = HandlePinRead(request, &out, &deferred); break;
     case rpc::Request::kUnpin: st = HandleUnpin(request.unpin(), &out); break;
     case rpc::Request::kStats: *out.mutable_stats() = ToRpc(store_.GetStats()); break;
+    case rpc::Request::kClusterView:
+      *out.mutable_cluster_view() =
+          ToRpc(ctx_.options->cluster_view ? ctx_.options->cluster_view() : ClusterViewInfo{});
+      break;
     case rpc::Request::kHello:
       st = Status::InvalidArgument("Hello was sent already");
       ctx_.observer->OnProtocolError(id_, ProtocolError::kNoHello, st.message());

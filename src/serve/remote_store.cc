@@ -288,4 +288,13 @@ StoreStats RemoteStore::GetStats() const {
   return FromRpc(reply->stats());
 }
 
+Result<ClusterViewInfo> RemoteStore::ClusterView() const {
+  FC_ASSIGN_OR_RETURN(DaemonConnection::Use c, Acquire());
+  rpc::Request request;
+  request.mutable_cluster_view();
+  FC_ASSIGN_OR_RETURN(rpc::Response reply,
+                      c->Call(std::move(request), rpc::Response::kClusterView));
+  return FromRpc(reply.cluster_view());
+}
+
 }  // namespace flatcake::serve

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "flatcake/store.h"
+#include "serve/cluster_view.h"
 #include "serve/daemon_connection.h"
 #include "serve/task_thread.h"
 #include "util/thread_annotations.h"
@@ -73,6 +74,9 @@ class RemoteStore final : public Store {
   bool connected() const EXCLUDES(mu_);
   // Connections made after the first.
   uint64_t reconnects() const EXCLUDES(mu_);
+  // The cluster the daemon belongs to (docs/cluster.md): `enabled` false for a one-node store.
+  // IOError when the daemon cannot be reached.
+  Result<ClusterViewInfo> ClusterView() const EXCLUDES(mu_);
 
  private:
   RemoteStore(std::string path, std::string tenant, ClientOptions options);

@@ -272,4 +272,33 @@ StoreStats FromRpc(const rpc::StatsReply& reply) {
   return out;
 }
 
+rpc::ClusterViewReply ToRpc(const ClusterViewInfo& view) {
+  rpc::ClusterViewReply out;
+  out.set_enabled(view.enabled);
+  if (!view.enabled) return out;
+  out.set_node_id(view.node_id);
+  out.set_etcd_reachable(view.etcd_reachable);
+  for (const ClusterViewMember& m : view.members) {
+    rpc::ClusterMember* r = out.add_members();
+    r->set_node_id(m.node_id);
+    r->set_name(m.name);
+    r->set_data_address(m.data_address);
+    r->set_capacity_bytes(m.capacity_bytes);
+    r->set_healthy(m.healthy);
+  }
+  return out;
+}
+
+ClusterViewInfo FromRpc(const rpc::ClusterViewReply& reply) {
+  ClusterViewInfo out;
+  out.enabled = reply.enabled();
+  out.node_id = reply.node_id();
+  out.etcd_reachable = reply.etcd_reachable();
+  for (const rpc::ClusterMember& m : reply.members()) {
+    out.members.push_back(ClusterViewMember{m.node_id(), m.name(), m.data_address(),
+                                            m.capacity_bytes(), m.healthy()});
+  }
+  return out;
+}
+
 }  // namespace flatcake::serve

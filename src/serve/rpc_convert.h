@@ -16,6 +16,7 @@
 #include "flatcake/layout.h"
 #include "flatcake/status.h"
 #include "flatcake/store.h"
+#include "serve/cluster_view.h"
 #include "serve/flatcake_rpc.pb.h"
 
 namespace flatcake::serve {
@@ -58,5 +59,9 @@ Result<LookupResult> FromRpc(const rpc::LookupReply& reply);
 
 rpc::StatsReply ToRpc(const StoreStats& stats);
 StoreStats FromRpc(const rpc::StatsReply& reply);
+
+// The cluster view a daemon answers ClusterView with, and back.
+rpc::ClusterViewReply ToRpc(const ClusterViewInfo& view);
+ClusterViewInfo FromRpc(const rpc::ClusterViewReply& reply);
 
 }  // namespace flatcake::serve

@@ -111,7 +111,8 @@ Status CheckRequestBody(const rpc::Request& request) {
       return CheckLayout(r.has_layout(), r.layout());
     }
     case rpc::Request::kUnpin: return CheckNonZeroId(request.unpin().pin_id(), "pin id");
-    case rpc::Request::kStats: return Status::OK();
+    case rpc::Request::kStats:
+    case rpc::Request::kClusterView: return Status::OK();
     case rpc::Request::BODY_NOT_SET: break;
   }
   return UnknownBody(request, request.id(), "request");
@@ -179,7 +180,8 @@ Status CheckResponseBody(const rpc::Response& response) {
     case rpc::Response::kPublishWrite:
     case rpc::Response::kAbortWrite:
     case rpc::Response::kUnpin:
-    case rpc::Response::kStats: return Status::OK();
+    case rpc::Response::kStats:
+    case rpc::Response::kClusterView: return Status::OK();
     case rpc::Response::BODY_NOT_SET: break;
   }
   return UnknownBody(response, response.id(), "response");

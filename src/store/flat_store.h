@@ -94,6 +94,10 @@ class FlatStore final : public Store, private ScopeHost {
   // The arena's descriptor and size (dram_fd -1 when it is anonymous: not opened shared) and the
   // pool's files, for a process that reaches them itself.
   SharedMedia shared_media() const;
+  // The arena's bytes in this process (null without DRAM), for a transport that lets other
+  // nodes read pinned blocks from it (src/cluster/peer_service.h); its size is
+  // shared_media().dram_bytes. Bytes are only meaningful under a pin.
+  const uint8_t* dram_arena_base() const { return dram_ ? dram_->base() : nullptr; }
 
   // Put's first half: marks the keys not already present as being written (concurrent writers
   // see them as already present, readers miss them) and places them, exactly as Put does; the

@@ -1,0 +1,414 @@
+// `flatcake bench cluster`: the cluster's data path against UCX itself (issue #22's targets).
+//
+// A private etcd (cluster::EtcdProcess, loopback) and two node daemons, A and B, in this process
+// (serve::Daemon, each with its cluster::ClusterNode: UCX worker, membership, peer service),
+// each on a temporary pool under --ssd-dir. The client is a cluster::ClusterStore connected to
+// A's socket, with its own UCX worker, as an engine process of node A would be.
+//  - Remote DRAM: a session of --bytes whose home is B, written through A's client into B's DRAM
+//    (PeerPut), restored through A's client (one-sided UCX gets from B's arena into the client's
+//    buffers, a get per slice, every block verified). Against it, in the same run between the
+//    same two workers' processes: the same number of UCX gets of the same slice size from B's
+//    arena into the same destination, with no FlatCake in between (UcxNode::GetSync).
+//    remote_dram_vs_ucx = FlatCake / UCX (medians over --reps, alternating which goes first).
+//  - Remote SSD: the same for a session in B's SSD pool: B's engine reads it layer by layer and
+//    sends each layer as it lands (PeerLayer); against UCX gets of the same message sizes (one per
+//    layer, a layer of every block) from B's arena. remote_ssd_vs_ucx; also local_ssd_gbps, the
+//    same session restored by a client of B itself (B's own path), for what the SSD allows.
+//  - Lookup: PeerLookups of 64 keys of the remote session, back to back: P50 and P99 in µs.
+//  - Prefill/decode: a client of A writes a --pd-bytes session whose home is A; a client of B
+//    restores it: time to its first layer and in total.
+// UCX chooses the transport (shared memory here; set UCX_TLS=tcp to force TCP). Exit 1 on a wrong
+// byte or a missed block, 2 on bad flags.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/bench_util.h"
+#include "cli/commands.h"
+#include "cli/report_format.h"
+#include "cli/store_flags.h"
+#include "cluster/cluster_node.h"
+#include "cluster/cluster_store.h"
+#include "cluster/etcd_process.h"
+#include "serve/daemon.h"
+#include "serve/rpc_convert.h"
+#include "serve/serve_log.h"
+#include "util/block_content.h"
+#include "util/temp_dir.h"
+
+namespace flatcake::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+struct ClusterBenchArgs {
+  uint64_t bytes = 256 * kMiB;
+  uint64_t pd_bytes = 2 * kGiB;
+  uint32_t layers = 32;
+  uint32_t planes = 2;
+  uint64_t slice_bytes = 16 * kKiB;
+  uint32_t reps = 5;
+  uint32_t lookups = 2000;
+  std::string ssd_dir;
+  bool json = false;
+};
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double Pct(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+}
+
+class ClusterBench {
+ public:
+  explicit ClusterBench(const ClusterBenchArgs& a)
+      : a_(a), layout_{a.layers, a.planes, a.slice_bytes} {}
+  int Main();
+
+ private:
+  struct Node {
+    std::unique_ptr<TempDir> dir;
+    std::unique_ptr<cluster::ClusterNode> cluster;
+    std::unique_ptr<serve::Daemon> daemon;
+  };
+  Status StartNode(Node* n, const std::string& name, uint64_t dram, uint64_t ssd);
+  Status Setup();
+  // A session name whose home is `node` for the client.
+  std::string HomedAt(cluster::ClusterStore& c, uint32_t node, const std::string& tag);
+  std::vector<Key> Keys(const std::string& session, uint64_t n) const;
+  Status Write(Store& s, const std::vector<Key>& keys, const std::string& session,
+               MediaType medium);
+  // Restores `keys` through `s` into dst_, timed; every block verified. Time to layer 0 too.
+  Result<double> TimedRestore(Store& s, const std::vector<Key>& keys, double* first_layer_s);
+  // `count` UCX gets of `size` bytes from B's arena into dst_, timed.
+  Result<double> TimedRawGets(uint64_t count, uint64_t size);
+
+  const ClusterBenchArgs a_;
+  const KvLayout layout_;
+  std::unique_ptr<TempDir> tmp_;
+  std::unique_ptr<cluster::EtcdProcess> etcd_;
+  Node a_node_, b_node_;
+  std::unique_ptr<cluster::ClusterStore> client_a_, client_b_;
+  std::unique_ptr<cluster::UcxNode> raw_;  // the baseline's own worker
+  std::string b_address_, b_rkey_;
+  uint64_t b_arena_ = 0, b_arena_bytes_ = 0;
+  AlignedBuffer dst_;
+  uint64_t mismatches_ = 0, misses_ = 0;
+};
+
+Status ClusterBench::StartNode(Node* n, const std::string& name, uint64_t dram, uint64_t ssd) {
+  n->dir = std::make_unique<TempDir>("flatcake-bench-cluster-" + name, a_.ssd_dir);
+  if (!n->dir->ok()) return Status::IOError("cannot create a directory under --ssd-dir");
+  FC_ASSIGN_OR_RETURN(n->cluster, cluster::ClusterNode::Create());
+  serve::DaemonOptions d;
+  StoreOptions& o = d.store;
+  o.dram_bytes = dram;
+  o.ssd_dirs = {n->dir->path()};
+  o.recover = false;
+  o.ssd_file_bytes = 256 * kMiB;
+  o.ssd_bytes = (ssd / o.ssd_file_bytes + 2) * o.ssd_file_bytes;
+  o.high_watermark = 1.0;
+  o.low_watermark = 1.0;
+  d.socket_path = n->dir->path() + "/sock";
+  d.cluster_view = n->cluster->ViewSource();
+  FC_ASSIGN_OR_RETURN(n->daemon, serve::Daemon::Start(d));
+  cluster::ClusterNodeOptions co;
+  FC_ASSIGN_OR_RETURN(co.etcd, cluster::ParseEtcdEndpoints(etcd_->client_url()));
+  co.cluster = "bench";
+  co.node_name = name;
+  co.lease_ttl_s = 10;
+  return n->cluster->Join(n->daemon.get(), co);
+}
+
+std::vector<Key> ClusterBench::Keys(const std::string& session, uint64_t n) const {
+  std::vector<Key> keys;
+  keys.reserve(n);
+  for (uint64_t i = 0; i < n; ++i) keys.push_back(KeyFromString(session + "/" + std::to_string(i)));
+  return keys;
+}
+
+std::string ClusterBench::HomedAt(cluster::ClusterStore& c, uint32_t node, const std::string& tag) {
+  for (int i = 0; i < 100000; ++i) {
+    const std::string name = tag + std::to_string(i);
+    const std::vector<uint32_t> order = c.Placement(Keys(name, 1)[0]);
+    if (!order.empty() && order[0] == node) return name;
+  }
+  return "";
+}
+
+Status ClusterBench::Write(Store& s, const std::vector<Key>& keys, const std::string& session,
+                           MediaType medium) {
+  constexpr size_t kPerPut = 64;
+  const uint64_t bb = layout_.block_bytes();
+  std::vector<uint8_t> mem(kPerPut * bb);
+  for (size_t at = 0; at < keys.size(); at += kPerPut) {
+    const size_t n = std::min(kPerPut, keys.size() - at);
+    std::vector<void*> ptrs;
+    for (size_t i = 0; i < n; ++i) {
+      FillBlock(keys[at + i], mem.data() + i * bb, bb);
+      ptrs.push_back(mem.data() + i * bb);
+    }
+    WriteHints h;
+    h.session = session;
+    h.force_medium = medium;
+    if (at > 0) h.prefix_tail = keys[at - 1];
+    FC_ASSIGN_OR_RETURN(PutResult r, s.Put(std::span<const Key>(keys.data() + at, n), layout_,
+                                           BlockBuffers{BufferKind::kBlockContiguous, ptrs}, h));
+    if (r.written + r.already_present != n) return Status::IOError("a put wrote too few blocks");
+  }
+  return Status::OK();
+}
+
+Result<double> ClusterBench::TimedRestore(Store& s, const std::vector<Key>& keys,
+                                          double* first_layer_s) {
+  const uint64_t bb = layout_.block_bytes();
+  std::vector<void*> ptrs(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) ptrs[i] = dst_.data() + i * bb;
+  std::memset(dst_.data(), 0, keys.size() * bb);
+  std::atomic<int64_t> first_ns{0};
+  RestoreOptions ro;
+  const auto t0 = Clock::now();
+  ro.on_layer = [&](uint32_t l) {
+    if (l == 0)
+      first_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  };
+  FC_ASSIGN_OR_RETURN(
+      auto h, s.Restore(keys, layout_, BlockBuffers{BufferKind::kBlockContiguous, ptrs}, ro));
+  FC_ASSIGN_OR_RETURN(GetResult r, h->Wait());
+  const double secs = Seconds(Clock::now() - t0);
+  if (first_layer_s != nullptr) *first_layer_s = first_ns.load() * 1e-9;
+  std::vector<uint8_t> expect(bb);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!r.found[i]) {
+      misses_++;
+      continue;
+    }
+    FillBlock(keys[i], expect.data(), bb);
+    if (std::memcmp(expect.data(), dst_.data() + i * bb, bb) != 0) mismatches_++;
+  }
+  return secs;
+}
+
+Result<double> ClusterBench::TimedRawGets(uint64_t count, uint64_t size) {
+  std::vector<cluster::UcxNode::GetPiece> pieces;
+  pieces.reserve(count);
+  const uint64_t span = std::min<uint64_t>(b_arena_bytes_, count * size);
+  for (uint64_t i = 0; i < count; ++i) {
+    pieces.push_back({dst_.data() + i * size, b_arena_ + (i * size) % (span - size + 1), size});
+  }
+  const auto t0 = Clock::now();
+  FC_RETURN_IF_ERROR(
+      raw_->GetSync(b_address_, b_rkey_, std::move(pieces), std::chrono::seconds(60)));
+  return Seconds(Clock::now() - t0);
+}
+
+Status ClusterBench::Setup() {
+  FC_RETURN_IF_ERROR(ValidateKvLayout(layout_));
+  const uint64_t need = std::max(a_.bytes, a_.pd_bytes) * 3;
+  FC_RETURN_IF_ERROR(CheckHostMemory(need, "bench cluster",
+                                     "the destination, B's arena and the staging of a restore"));
+  FC_ASSIGN_OR_RETURN(etcd_, cluster::EtcdProcess::Start());
+  const uint64_t slack = a_.bytes / 8 + 64 * kMiB;
+  FC_RETURN_IF_ERROR(StartNode(&a_node_, "a", 64 * kMiB, a_.pd_bytes + a_.pd_bytes / 8 + slack));
+  FC_RETURN_IF_ERROR(StartNode(&b_node_, "b", a_.bytes + slack, a_.bytes + slack));
+  serve::ClientOptions co;
+  co.client_name = "bench cluster";
+  FC_ASSIGN_OR_RETURN(client_a_,
+                      cluster::ClusterStore::Connect(a_node_.daemon->socket_path(), "bench", co));
+  FC_ASSIGN_OR_RETURN(client_b_,
+                      cluster::ClusterStore::Connect(b_node_.daemon->socket_path(), "bench", co));
+  for (int i = 0; i < 100 && client_a_->Placement(Key{1, 1}).size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (client_a_->Placement(Key{1, 1}).size() < 2) {
+    return Status::IOError("the two nodes never saw each other");
+  }
+  FC_ASSIGN_OR_RETURN(
+      dst_, AllocateHostMemory(std::max(a_.bytes, a_.pd_bytes) + layout_.block_bytes(), true));
+  // The baseline's worker learns B's arena the way a client does (a PeerHello).
+  FC_ASSIGN_OR_RETURN(raw_, cluster::UcxNode::Create());
+  for (const auto& m : b_node_.cluster->View().members) {
+    if (m.node_id == b_node_.cluster->node_id()) b_address_ = m.data_address;
+  }
+  FC_ASSIGN_OR_RETURN(auto hello, raw_->CallSync(b_address_, cluster::kPeerHello,
+                                                 rpc::PeerHello().SerializeAsString(), {},
+                                                 std::chrono::seconds(5)));
+  rpc::PeerHelloReply r;
+  if (!r.ParseFromString(hello.first)) return Status::Corruption("PeerHello");
+  b_arena_ = r.arena_base();
+  b_arena_bytes_ = r.arena_bytes();
+  b_rkey_ = r.arena_rkey();
+  FC_RETURN_IF_ERROR(raw_->Register(dst_.data(), dst_.size()).status());
+  FC_RETURN_IF_ERROR(client_a_->ucx_worker().Register(dst_.data(), dst_.size()).status());
+  return Status::OK();
+}
+
+int ClusterBench::Main() {
+  serve::SetLogLevel(serve::LogLevel::kWarning);
+  if (Status st = Setup(); !st.ok()) return ReportStatus("bench cluster", st);
+  const uint64_t bb = layout_.block_bytes();
+  const uint64_t blocks = std::max<uint64_t>(64, (a_.bytes + bb - 1) / bb);
+  const uint32_t b = b_node_.cluster->node_id(), a = a_node_.cluster->node_id();
+  const std::string dram_session = HomedAt(*client_a_, b, "dram-");
+  const std::string ssd_session = HomedAt(*client_a_, b, "ssd-");
+  const std::vector<Key> dram_keys = Keys(dram_session, blocks),
+                         ssd_keys = Keys(ssd_session, blocks);
+  if (Status st = Write(*client_a_, dram_keys, dram_session, MediaType::kDram); !st.ok()) {
+    return ReportStatus("bench cluster", st.WithContext("writing the DRAM session"));
+  }
+  if (Status st = Write(*client_a_, ssd_keys, ssd_session, MediaType::kSsd); !st.ok()) {
+    return ReportStatus("bench cluster", st.WithContext("writing the SSD session"));
+  }
+  const uint64_t session = blocks * bb;
+  std::vector<double> fc_dram, raw_dram, fc_ssd, raw_ssd, local_ssd;
+  for (uint32_t rep = 0; rep < a_.reps; ++rep) {
+    const bool raw_first = rep % 2 == 1;
+    for (int side = 0; side < 2; ++side) {
+      if ((side == 0) != raw_first) {
+        auto t = TimedRestore(*client_a_, dram_keys, nullptr);
+        if (!t.ok()) return ReportStatus("bench cluster", t.status());
+        fc_dram.push_back(session / *t / 1e9);
+        auto s = TimedRestore(*client_a_, ssd_keys, nullptr);
+        if (!s.ok()) return ReportStatus("bench cluster", s.status());
+        fc_ssd.push_back(session / *s / 1e9);
+      } else {
+        auto t =
+            TimedRawGets(blocks * layout_.num_layers * layout_.num_planes, layout_.slice_bytes);
+        if (!t.ok()) return ReportStatus("bench cluster", t.status());
+        raw_dram.push_back(session / *t / 1e9);
+        auto s =
+            TimedRawGets(layout_.num_layers, blocks * layout_.num_planes * layout_.slice_bytes);
+        if (!s.ok()) return ReportStatus("bench cluster", s.status());
+        raw_ssd.push_back(session / *s / 1e9);
+      }
+    }
+    auto l = TimedRestore(*client_b_, ssd_keys, nullptr);  // B's own path, for the SSD's rate
+    if (!l.ok()) return ReportStatus("bench cluster", l.status());
+    local_ssd.push_back(session / *l / 1e9);
+  }
+  // Lookups at the remote home.
+  std::vector<double> us;
+  const size_t n = std::min<size_t>(64, dram_keys.size());
+  for (uint32_t i = 0; i < a_.lookups; ++i) {
+    // A prompt's lookup starts at its first block: the session's root names the home.
+    const auto t0 = Clock::now();
+    const LookupResult r = client_a_->Lookup(std::span<const Key>(dram_keys.data(), n));
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (r.leading_hits != n) misses_++;
+  }
+  // Prefill/decode: written through A (home A), restored through B.
+  const std::string pd_session = HomedAt(*client_a_, a, "pd-");
+  const std::vector<Key> pd_keys = Keys(pd_session, std::max<uint64_t>(1, a_.pd_bytes / bb));
+  const auto w0 = Clock::now();
+  if (Status st = Write(*client_a_, pd_keys, pd_session, MediaType::kSsd); !st.ok()) {
+    return ReportStatus("bench cluster", st.WithContext("writing the prefill/decode session"));
+  }
+  const double pd_write_s = Seconds(Clock::now() - w0);
+  double pd_first = 0;
+  auto pd = TimedRestore(*client_b_, pd_keys, &pd_first);
+  if (!pd.ok()) return ReportStatus("bench cluster", pd.status());
+  const double pd_bytes = static_cast<double>(pd_keys.size() * bb);
+
+  const double fd = Median(fc_dram), rd = Median(raw_dram), fs = Median(fc_ssd),
+               rs = Median(raw_ssd);
+  const char* tls = std::getenv("UCX_TLS");
+  json out = {{"bench", "cluster"},
+              {"transport", tls != nullptr ? tls : "auto"},
+              {"layout", layout_.ToString()},
+              {"session_bytes", session},
+              {"reps", a_.reps},
+              {"remote_dram_gbps", fd},
+              {"ucx_dram_gbps", rd},
+              {"remote_dram_vs_ucx", rd > 0 ? fd / rd : 0},
+              {"remote_ssd_gbps", fs},
+              {"ucx_ssd_gbps", rs},
+              {"remote_ssd_vs_ucx", rs > 0 ? fs / rs : 0},
+              {"local_ssd_gbps", Median(local_ssd)},
+              {"remote_ssd_vs_local_ssd", Median(local_ssd) > 0 ? fs / Median(local_ssd) : 0},
+              {"lookup_keys", n},
+              {"lookup_p50_us", Pct(us, 0.50)},
+              {"lookup_p99_us", Pct(us, 0.99)},
+              {"pd_bytes", pd_bytes},
+              {"pd_write_s", pd_write_s},
+              {"pd_first_layer_ms", pd_first * 1e3},
+              {"pd_total_ms", *pd * 1e3},
+              {"pd_restore_gbps", pd_bytes / *pd / 1e9},
+              {"mismatches", mismatches_},
+              {"misses", misses_}};
+  {
+    std::printf("bench cluster: two nodes, UCX %s, %s blocks (%s), session %s\n",
+                tls != nullptr ? tls : "auto", FormatBytes(bb).c_str(), layout_.ToString().c_str(),
+                FormatBytes(session).c_str());
+    std::printf("  remote DRAM restore %.2f GB/s, UCX gets of the same sizes %.2f GB/s: %.3f x\n",
+                fd, rd, rd > 0 ? fd / rd : 0);
+    std::printf(
+        "  remote SSD restore %.2f GB/s, UCX gets of the same sizes %.2f GB/s: %.3f x (B's own SSD "
+        "restore %.2f GB/s)\n",
+        fs, rs, rs > 0 ? fs / rs : 0, Median(local_ssd));
+    std::printf("  lookup of %zu keys at the remote home: P50 %.1f us, P99 %.1f us\n", n,
+                Pct(us, 0.5), Pct(us, 0.99));
+    std::printf(
+        "  prefill/decode: %s written through A in %.2f s; restored through B: first layer %.1f "
+        "ms, all %.1f ms (%.2f GB/s)\n",
+        FormatBytes(static_cast<uint64_t>(pd_bytes)).c_str(), pd_write_s, pd_first * 1e3, *pd * 1e3,
+        pd_bytes / *pd / 1e9);
+    std::printf("  mismatches %lu, misses %lu\n", static_cast<unsigned long>(mismatches_),
+                static_cast<unsigned long>(misses_));
+  }
+  if (a_.json) std::printf("%s\n", out.dump().c_str());
+  client_a_.reset();
+  client_b_.reset();
+  raw_.reset();
+  for (Node* node : {&a_node_, &b_node_}) {
+    node->cluster->Leave();
+    node->daemon->Shutdown();
+    node->daemon.reset();
+  }
+  return mismatches_ + misses_ > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+void RegisterClusterBench(CLI::App& bench, int* exit_code) {
+  auto a = std::make_shared<ClusterBenchArgs>();
+  CLI::App* cmd = bench.add_subcommand(
+      "cluster",
+      "Two node daemons in this process on a private etcd: remote DRAM and SSD restores against "
+      "UCX's own gets of the same sizes, lookup latency at a remote home, and a prefill/decode "
+      "hand-off (docs/cluster.md); exit 1 on any wrong or missing byte");
+  cmd->add_option("--bytes", a->bytes, "Remote session size, per medium")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  cmd->add_option("--pd-bytes", a->pd_bytes, "Prefill/decode session size")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  cmd->add_option("--layers", a->layers, "Layers per block")
+      ->check(CLI::Range(1u, 4096u))
+      ->capture_default_str();
+  cmd->add_option("--planes", a->planes, "Planes per layer")
+      ->check(CLI::Range(1u, 16u))
+      ->capture_default_str();
+  cmd->add_option("--slice-bytes", a->slice_bytes, "Bytes per (layer, plane) slice")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  cmd->add_option("--reps", a->reps, "Repetitions (medians reported)")
+      ->check(CLI::Range(1u, 100u))
+      ->capture_default_str();
+  cmd->add_option("--lookups", a->lookups, "Lookups timed")
+      ->check(CLI::Range(1u, 1000000u))
+      ->capture_default_str();
+  cmd->add_option("--ssd-dir", a->ssd_dir,
+                  "Directory for the two pools (default: $TMPDIR or /tmp)");
+  cmd->add_flag("--json", a->json, "Print one JSON object on the last line");
+  cmd->callback([a, exit_code] { *exit_code = ClusterBench(*a).Main(); });
+}
+
+}  // namespace flatcake::cli

@@ -1,0 +1,76 @@
+// ClusterNode: a node daemon's part in a cluster (docs/cluster.md): its UCX worker, its
+// membership in etcd, and the PeerService that answers other nodes' clients. `flatcake serve
+// --etcd` and `flatcake bench cluster` run one per daemon:
+//
+//   auto node = ClusterNode::Create();                     // the UCX worker
+//   daemon_options.cluster_view = (*node)->ViewSource();  // clients' ClusterView answers
+//   auto daemon = serve::Daemon::Start(daemon_options);
+//   (*node)->Join(daemon.get(), options);                  // NodeID, record, peer service
+//   ...
+//   (*node)->Leave();                                      // before the daemon shuts down
+//
+// Until Join, ViewSource says the cluster is not enabled. The NodeID is saved in
+// options.node_id_file (when given) and taken again at the next Join when it is free.
+//
+// Thread safety: ViewSource's function may be called from any thread at any time; Join and
+// Leave from one thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cluster/membership.h"
+#include "cluster/peer_service.h"
+#include "cluster/ucx_transport.h"
+#include "serve/cluster_view.h"
+#include "serve/daemon.h"
+#include "util/thread_annotations.h"
+
+namespace flatcake::cluster {
+
+struct ClusterNodeOptions {
+  std::vector<serve::HostPort> etcd;
+  std::string cluster = "default";
+  std::string node_name;  // empty: the host name
+  int64_t lease_ttl_s = 10;
+  std::string node_id_file;  // empty: the NodeID is not kept across restarts
+  std::string version;
+};
+
+class ClusterNode {
+ public:
+  static Result<std::unique_ptr<ClusterNode>> Create();
+  // Leave().
+  ~ClusterNode();
+  ClusterNode(const ClusterNode&) = delete;
+  ClusterNode& operator=(const ClusterNode&) = delete;
+
+  // For DaemonOptions::cluster_view; the node must outlive whoever calls it (the daemon).
+  std::function<serve::ClusterViewInfo()> ViewSource();
+  // Joins, describing `daemon` (its socket, its store's capacities and, at each renewal, use),
+  // and starts serving peers from its store. `daemon` outlives Leave.
+  Status Join(serve::Daemon* daemon, const ClusterNodeOptions& options) EXCLUDES(mu_);
+  // Leaves the cluster (the lease revoked) and stops serving peers. Idempotent.
+  void Leave() EXCLUDES(mu_);
+
+  uint32_t node_id() const EXCLUDES(mu_);
+  UcxNode& ucx() { return *ucx_; }
+  serve::ClusterViewInfo View() const EXCLUDES(mu_);
+
+ private:
+  explicit ClusterNode(std::unique_ptr<UcxNode> ucx) : ucx_(std::move(ucx)) {}
+
+  std::unique_ptr<UcxNode> ucx_;
+  mutable Mutex mu_;
+  std::unique_ptr<Membership> membership_ GUARDED_BY(mu_);
+  std::unique_ptr<PeerService> peers_ GUARDED_BY(mu_);
+};
+
+// Hexadecimal of `bytes` (a UCX worker address in a member record), and back (empty for text
+// that is not).
+std::string HexEncode(std::string_view bytes);
+std::string HexDecode(std::string_view hex);
+
+}  // namespace flatcake::cluster

@@ -1,0 +1,493 @@
+#include "cluster/cluster_store.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <thread>
+
+#include "cluster/peer_service.h"
+#include "cluster/rendezvous.h"
+#include "serve/rpc_convert.h"
+#include "util/checksum.h"
+
+namespace flatcake::cluster {
+
+using Clock = std::chrono::steady_clock;
+
+// The slowest a home may stream a restore's SSD layers before the restore gives up on it.
+constexpr double kMinStreamBytesPerSecond = 100e6;
+
+// A restore from a remote home, run on its own thread (Run), reported per layer.
+class ClusterStore::RemoteRestore final : public RestoreHandle {
+ public:
+  RemoteRestore(ClusterStore* store, uint32_t node, std::vector<Key> keys, KvLayout layout,
+                std::vector<void*> ptrs, BufferKind kind, RestoreOptions options)
+      : store_(store),
+        node_(node),
+        keys_(std::move(keys)),
+        layout_(layout),
+        ptrs_(std::move(ptrs)),
+        kind_(kind),
+        options_(std::move(options)) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~RemoteRestore() override {
+    Cancel();
+    thread_.join();
+  }
+
+  Result<GetResult> Wait() override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    while (!done_) cv_.Wait(mu_);
+    return result_;
+  }
+  bool WaitFor(std::chrono::nanoseconds timeout) override EXCLUDES(mu_) {
+    const auto until = Clock::now() + timeout;
+    MutexLock lock(mu_);
+    while (!done_) {
+      if (!cv_.WaitUntil(mu_, until)) return done_;
+    }
+    return true;
+  }
+  Status WaitLayer(uint32_t layer) override EXCLUDES(mu_) {
+    if (layer >= layout_.num_layers) {
+      return Status::InvalidArgument("layer " + std::to_string(layer) + " out of range");
+    }
+    MutexLock lock(mu_);
+    while (layers_ <= layer && !done_) cv_.Wait(mu_);
+    if (layers_ > layer) return Status::OK();
+    return result_.ok() ? Status::OK() : result_.status();
+  }
+  bool done() const override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return done_;
+  }
+  void Cancel() override { cancelled_.store(true); }
+
+ private:
+  BlockBuffers Buffers() const { return BlockBuffers{kind_, ptrs_}; }
+
+  void ReportLayer(uint32_t layer) EXCLUDES(mu_) {
+    {
+      MutexLock lock(mu_);
+      layers_ = layer + 1;
+    }
+    cv_.NotifyAll();
+    if (options_.on_layer) options_.on_layer(layer);
+  }
+
+  void Finish(Result<GetResult> r) EXCLUDES(mu_) {
+    {
+      MutexLock lock(mu_);
+      result_ = std::move(r);
+      done_ = true;
+    }
+    cv_.NotifyAll();
+  }
+
+  void Run() {
+    GetResult out;
+    out.found.assign(keys_.size(), 0);
+    if (cancelled_.load()) return Finish(Status::Aborted("restore cancelled"));
+    auto peer = store_->PeerOf(node_);
+    if (!peer.ok()) return FinishMissing(std::move(out));
+    rpc::PeerRestore req;
+    req.set_tenant(store_->local_->tenant());
+    req.set_keys(serve::EncodeKeys(keys_));
+    *req.mutable_layout() = serve::ToRpc(layout_);
+    const auto timeout = store_->options_.timeout;
+    auto reply =
+        store_->ucx_->CallSync(peer->address, kPeerRestore, req.SerializeAsString(), {}, timeout);
+    rpc::PeerRestoreReply pinned;
+    if (!reply.ok() || !pinned.ParseFromString(reply->first) ||
+        pinned.blocks_size() != static_cast<int>(keys_.size())) {
+      // A layout stored otherwise is the caller's error, as the local path reports it.
+      if (!reply.ok() && reply.status().code() == StatusCode::kInvalidArgument) {
+        return Finish(reply.status());
+      }
+      return FinishMissing(std::move(out));
+    }
+    // DRAM hits: one-sided gets from the home's arena into the caller's slices.
+    std::vector<UcxNode::GetPiece> pieces;
+    std::vector<uint32_t> ssd;  // indices of the SSD hits, in key order
+    for (uint32_t i = 0; i < keys_.size(); ++i) {
+      const rpc::BlockLocation& b = pinned.blocks(static_cast<int>(i));
+      if (!b.found()) continue;
+      if (b.medium() == rpc::MEDIUM_SSD) {
+        ssd.push_back(i);
+        continue;
+      }
+      for (uint32_t l = 0; l < layout_.num_layers; ++l) {
+        for (uint32_t p = 0; p < layout_.num_planes; ++p) {
+          pieces.push_back(UcxNode::GetPiece{
+              SliceAddress(Buffers(), layout_, i, l, p),
+              peer->arena_base + b.offset() + l * b.layer_stride() + p * b.plane_stride(),
+              layout_.slice_bytes});
+        }
+      }
+    }
+    Status st;
+    if (!pieces.empty()) {
+      st = peer->arena_base == 0
+               ? Status::IOError("the home has no DRAM arena")
+               : store_->ucx_->GetSync(peer->address, peer->arena_rkey, std::move(pieces), timeout);
+    }
+    std::vector<uint8_t> ssd_ok(ssd.size(), 0);
+    if (st.ok() && !ssd.empty()) st = ReadSsdLayers(*peer, pinned.restore_id(), ssd);
+    // Layers the SSD path did not report (none of its own): report them now, in order.
+    if (st.ok() && ssd.empty()) {
+      for (uint32_t l = 0; l < layout_.num_layers; ++l) ReportLayer(l);
+    }
+    if (pinned.restore_id() != 0) {
+      rpc::PeerRestoreEnd end;
+      end.set_restore_id(pinned.restore_id());
+      auto ended = store_->ucx_->CallSync(peer->address, kPeerRestoreEnd, end.SerializeAsString(),
+                                          {}, timeout);
+      rpc::PeerRestoreEndReply found;
+      if (ended.ok() && found.ParseFromString(ended->first)) {
+        for (size_t j = 0; j < ssd.size() && j < found.ssd_found().size(); ++j) {
+          ssd_ok[j] = found.ssd_found()[j] != 0;
+        }
+      }
+    }
+    if (!st.ok()) return FinishMissing(std::move(out));  // the home died or timed out: misses
+    // Verify every block here: what crossed the network is what was stored.
+    size_t next_ssd = 0;
+    for (uint32_t i = 0; i < keys_.size(); ++i) {
+      const rpc::BlockLocation& b = pinned.blocks(static_cast<int>(i));
+      if (!b.found()) continue;
+      bool ok = true;
+      const bool from_ssd = b.medium() == rpc::MEDIUM_SSD;
+      if (from_ssd) ok = ssd_ok[next_ssd++] != 0;
+      if (ok && BlockChecksum(Buffers(), layout_, i) != b.checksum()) {
+        ok = false;
+        out.corrupt++;
+      }
+      if (!ok) continue;
+      out.found[i] = 1;
+      out.hits++;
+      (from_ssd ? out.bytes_from_ssd : out.bytes_from_dram) += layout_.block_bytes();
+    }
+    while (out.leading_hits < keys_.size() && out.found[out.leading_hits]) out.leading_hits++;
+    Finish(std::move(out));
+  }
+
+  // Asks for every layer of the SSD hits at once; copies each into place as it arrives and
+  // reports layers in order.
+  Status ReadSsdLayers(const Peer& peer, uint64_t restore_id, const std::vector<uint32_t>& ssd) {
+    struct Shared {
+      Mutex mu;
+      CondVar cv;
+      std::vector<uint8_t> landed GUARDED_BY(mu);
+      size_t pending GUARDED_BY(mu) = 0;
+      Status status GUARDED_BY(mu);
+    };
+    auto shared = std::make_shared<Shared>();
+    {
+      MutexLock lock(shared->mu);
+      shared->landed.assign(layout_.num_layers, 0);
+      shared->pending = layout_.num_layers;
+    }
+    const uint64_t per = uint64_t{layout_.num_planes} * layout_.slice_bytes;
+    for (uint32_t l = 0; l < layout_.num_layers; ++l) {
+      rpc::PeerLayer req;
+      req.set_restore_id(restore_id);
+      req.set_layer(l);
+      // Layers land in order, each after the ones before it: a later layer's deadline leaves
+      // room for the bytes ahead of it at kMinStreamBytesPerSecond.
+      const auto deadline =
+          store_->options_.timeout +
+          std::chrono::milliseconds(static_cast<int64_t>(
+              1e3 * static_cast<double>((l + 1) * ssd.size() * per) / kMinStreamBytesPerSecond));
+      store_->ucx_->Call(peer.address, kPeerLayer, req.SerializeAsString(), {}, deadline,
+                         [this, shared, l, per, &ssd](Status st, std::string, std::string data) {
+                           if (st.ok() && data.size() != ssd.size() * per) {
+                             st = Status::Corruption("a layer of the wrong size");
+                           }
+                           if (st.ok()) {
+                             for (size_t j = 0; j < ssd.size(); ++j) {
+                               for (uint32_t p = 0; p < layout_.num_planes; ++p) {
+                                 std::memcpy(SliceAddress(Buffers(), layout_, ssd[j], l, p),
+                                             data.data() + j * per + p * layout_.slice_bytes,
+                                             layout_.slice_bytes);
+                               }
+                             }
+                           }
+                           {
+                             MutexLock lock(shared->mu);
+                             if (!st.ok() && shared->status.ok()) shared->status = st;
+                             shared->landed[l] = 1;
+                             shared->pending--;
+                           }
+                           shared->cv.NotifyAll();
+                         });
+    }
+    // Report in order as they land; wait for every callback (they write the caller's buffers).
+    uint32_t reported = 0;
+    for (;;) {
+      uint32_t upto;
+      bool finished;
+      Status status;
+      {
+        MutexLock lock(shared->mu);
+        while (shared->pending > 0 && !(reported < layout_.num_layers && shared->landed[reported] &&
+                                        shared->status.ok())) {
+          shared->cv.Wait(shared->mu);
+        }
+        upto = reported;
+        while (upto < layout_.num_layers && shared->landed[upto] && shared->status.ok()) upto++;
+        finished = shared->pending == 0;
+        status = shared->status;
+      }
+      for (; reported < upto; ++reported) ReportLayer(reported);
+      if (finished) return status;
+    }
+  }
+
+  void FinishMissing(GetResult out) { Finish(std::move(out)); }
+
+  ClusterStore* const store_;
+  const uint32_t node_;
+  const std::vector<Key> keys_;
+  const KvLayout layout_;
+  const std::vector<void*> ptrs_;
+  const BufferKind kind_;
+  const RestoreOptions options_;
+  std::atomic<bool> cancelled_{false};
+
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool done_ GUARDED_BY(mu_) = false;
+  uint32_t layers_ GUARDED_BY(mu_) = 0;
+  Result<GetResult> result_ GUARDED_BY(mu_) = Status::Aborted("not done");
+  std::thread thread_;
+};
+
+ClusterStore::ClusterStore(std::unique_ptr<serve::RemoteStore> local, ClusterClientOptions options)
+    : local_(std::move(local)), options_(options) {}
+
+ClusterStore::~ClusterStore() = default;
+
+Result<std::unique_ptr<ClusterStore>> ClusterStore::Connect(std::string address, std::string tenant,
+                                                            serve::ClientOptions options,
+                                                            ClusterClientOptions cluster) {
+  FC_ASSIGN_OR_RETURN(std::unique_ptr<serve::RemoteStore> local,
+                      serve::RemoteStore::Connect(std::move(address), std::move(tenant), options));
+  FC_ASSIGN_OR_RETURN(serve::ClusterViewInfo view, local->ClusterView());
+  std::unique_ptr<ClusterStore> s(new ClusterStore(std::move(local), cluster));
+  if (view.enabled) {
+    FC_ASSIGN_OR_RETURN(s->ucx_, UcxNode::Create());
+  }
+  MutexLock lock(s->mu_);
+  s->view_ = std::move(view);
+  s->view_at_ = Clock::now();
+  return s;
+}
+
+void ClusterStore::RefreshView() {
+  {
+    MutexLock lock(mu_);
+    if (Clock::now() - view_at_ < options_.view_refresh) return;
+    view_at_ = Clock::now();  // one refresh at a time is enough
+  }
+  auto view = local_->ClusterView();
+  if (!view.ok()) return;  // the daemon is away: keep the last view
+  MutexLock lock(mu_);
+  if (view->enabled && ucx_ == nullptr) return;  // a daemon that joined after we connected
+  view_ = std::move(*view);
+}
+
+bool ClusterStore::clustered() const {
+  MutexLock lock(mu_);
+  return view_.enabled;
+}
+
+uint32_t ClusterStore::local_node_id() const {
+  MutexLock lock(mu_);
+  return view_.enabled ? view_.node_id : 0;
+}
+
+std::vector<uint32_t> ClusterStore::Placement(const Key& root) {
+  RefreshView();
+  MutexLock lock(mu_);
+  if (!view_.enabled) return {};
+  std::vector<RendezvousNode> nodes;
+  for (const serve::ClusterViewMember& m : view_.members) {
+    if (m.healthy || m.node_id == view_.node_id) {
+      nodes.push_back({m.node_id, static_cast<double>(m.capacity_bytes)});
+    }
+  }
+  return RendezvousOrder(root, nodes);
+}
+
+Result<ClusterStore::Peer> ClusterStore::PeerOf(uint32_t node) {
+  Peer p;
+  {
+    MutexLock lock(mu_);
+    auto known = peers_.find(node);
+    std::string address;
+    for (const serve::ClusterViewMember& m : view_.members) {
+      if (m.node_id == node) address = m.data_address;
+    }
+    if (address.empty()) return Status::NotFound("node " + std::to_string(node) + " is no member");
+    if (known != peers_.end() && known->second.hello && known->second.address == address) {
+      return known->second;
+    }
+    p.address = address;
+  }
+  FC_ASSIGN_OR_RETURN(
+      auto reply, ucx_->CallSync(p.address, kPeerHello, rpc::PeerHello().SerializeAsString(), {},
+                                 options_.timeout));
+  rpc::PeerHelloReply hello;
+  if (!hello.ParseFromString(reply.first))
+    return Status::Corruption("a PeerHello that does not parse");
+  if (hello.node_id() != node) {
+    return Status::IOError("node " + std::to_string(node) + "'s address answers as node " +
+                           std::to_string(hello.node_id()));
+  }
+  p.arena_base = hello.arena_base();
+  p.arena_bytes = hello.arena_bytes();
+  p.arena_rkey = hello.arena_rkey();
+  p.hello = true;
+  MutexLock lock(mu_);
+  peers_[node] = p;
+  return p;
+}
+
+LookupResult ClusterStore::Lookup(std::span<const Key> keys) {
+  if (keys.empty()) return local_->Lookup(keys);
+  const std::vector<uint32_t> order = Placement(keys[0]);
+  if (order.empty() || order[0] == local_node_id()) return local_->Lookup(keys);
+  auto peer = PeerOf(order[0]);
+  if (!peer.ok()) return {};
+  rpc::PeerLookup req;
+  req.set_tenant(local_->tenant());
+  req.set_keys(serve::EncodeKeys(keys));
+  auto reply =
+      ucx_->CallSync(peer->address, kPeerLookup, req.SerializeAsString(), {}, options_.timeout);
+  rpc::LookupReply r;
+  if (!reply.ok() || !r.ParseFromString(reply->first)) return {};  // the home away: misses
+  auto out = serve::FromRpc(r);
+  return out.ok() ? *out : LookupResult{};
+}
+
+Result<PutResult> ClusterStore::RemotePut(uint32_t node, std::span<const Key> keys,
+                                          const KvLayout& layout, const BlockBuffers& src,
+                                          const WriteHints& hints) {
+  FC_ASSIGN_OR_RETURN(Peer peer, PeerOf(node));
+  rpc::PeerPut req;
+  req.set_tenant(local_->tenant());
+  req.set_keys(serve::EncodeKeys(keys));
+  *req.mutable_layout() = serve::ToRpc(layout);
+  *req.mutable_hints() = serve::ToRpc(hints);
+  // The blocks, each contiguous [layer][plane], whatever the caller's buffers look like.
+  std::string data(keys.size() * layout.block_bytes(), '\0');
+  char* at = data.data();
+  for (uint64_t b = 0; b < keys.size(); ++b) {
+    for (uint32_t l = 0; l < layout.num_layers; ++l) {
+      for (uint32_t p = 0; p < layout.num_planes; ++p) {
+        std::memcpy(at, SliceAddress(src, layout, b, l, p), layout.slice_bytes);
+        at += layout.slice_bytes;
+      }
+    }
+  }
+  FC_ASSIGN_OR_RETURN(auto reply, ucx_->CallSync(peer.address, kPeerPut, req.SerializeAsString(),
+                                                 std::move(data), options_.timeout));
+  rpc::PeerPutReply r;
+  if (!r.ParseFromString(reply.first))
+    return Status::Corruption("a PeerPut reply that does not parse");
+  PutResult out;
+  out.written = r.written();
+  out.already_present = r.present();
+  return out;
+}
+
+std::optional<uint32_t> ClusterStore::NodeHolding(const Key& key) {
+  {
+    MutexLock lock(mu_);
+    auto it = tails_.find(key);
+    if (it != tails_.end()) return it->second;
+  }
+  const uint32_t self = local_node_id();
+  const Key one[1] = {key};
+  if (local_->Lookup(one).leading_hits == 1) return self;
+  std::vector<uint32_t> others;
+  {
+    MutexLock lock(mu_);
+    for (const serve::ClusterViewMember& m : view_.members) {
+      if (m.healthy && m.node_id != self) others.push_back(m.node_id);
+    }
+  }
+  for (uint32_t node : others) {
+    auto peer = PeerOf(node);
+    if (!peer.ok()) continue;
+    rpc::PeerLookup req;
+    req.set_tenant(local_->tenant());
+    req.set_keys(serve::EncodeKeys(one));
+    auto reply =
+        ucx_->CallSync(peer->address, kPeerLookup, req.SerializeAsString(), {}, options_.timeout);
+    rpc::LookupReply r;
+    if (reply.ok() && r.ParseFromString(reply->first) && r.leading_hits() == 1) return node;
+  }
+  return std::nullopt;
+}
+
+void ClusterStore::RememberTail(const Key& tail, uint32_t node) {
+  MutexLock lock(mu_);
+  if (tails_.size() >= kMaxTails) tails_.clear();  // a cache: losing it costs lookups only
+  tails_[tail] = node;
+}
+
+Result<PutResult> ClusterStore::Put(std::span<const Key> keys, const KvLayout& layout,
+                                    const BlockBuffers& src, const WriteHints& hints) {
+  if (keys.empty()) return local_->Put(keys, layout, src, hints);
+  FC_RETURN_IF_ERROR(ValidateKvLayout(layout));
+  FC_RETURN_IF_ERROR(ValidateBuffers(src, layout, keys.size()));
+  bool etcd_down;
+  uint32_t self;
+  {
+    MutexLock lock(mu_);
+    etcd_down = view_.enabled && !view_.etcd_reachable;
+    self = view_.enabled ? view_.node_id : 0;
+  }
+  std::vector<uint32_t> order = Placement(keys[0]);
+  if (order.empty() || etcd_down) return local_->Put(keys, layout, src, hints);
+  // A batch that continues a chain goes where the chain's previous block is, so that a session
+  // stays on one node; a new chain goes to its rendezvous home.
+  if (hints.prefix_tail) {
+    if (std::optional<uint32_t> at = NodeHolding(*hints.prefix_tail)) {
+      order.erase(std::remove(order.begin(), order.end(), *at), order.end());
+      order.insert(order.begin(), *at);
+    }
+  }
+  Status last;
+  for (uint32_t node : order) {
+    Result<PutResult> r = node == self ? local_->Put(keys, layout, src, hints)
+                                       : RemotePut(node, keys, layout, src, hints);
+    if (r.ok()) {
+      RememberTail(keys.back(), node);
+      return r;
+    }
+    last = r.status();
+    if (last.code() != StatusCode::kNoSpace) return last;  // only a full node passes it on
+  }
+  return last;
+}
+
+Result<std::unique_ptr<RestoreHandle>> ClusterStore::Restore(std::span<const Key> keys,
+                                                             const KvLayout& layout,
+                                                             const BlockBuffers& dst,
+                                                             const RestoreOptions& options) {
+  if (keys.empty()) return local_->Restore(keys, layout, dst, options);
+  const std::vector<uint32_t> order = Placement(keys[0]);
+  if (order.empty() || order[0] == local_node_id()) {
+    return local_->Restore(keys, layout, dst, options);
+  }
+  FC_RETURN_IF_ERROR(ValidateKvLayout(layout));
+  FC_RETURN_IF_ERROR(ValidateBuffers(dst, layout, keys.size()));
+  return std::unique_ptr<RestoreHandle>(std::make_unique<RemoteRestore>(
+      this, order[0], std::vector<Key>(keys.begin(), keys.end()), layout,
+      std::vector<void*>(dst.ptrs.begin(), dst.ptrs.end()), dst.kind, options));
+}
+
+}  // namespace flatcake::cluster

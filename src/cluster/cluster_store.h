@@ -1,0 +1,110 @@
+// ClusterStore: a Store over a whole FlatCake cluster, for a client of one node's daemon
+// (docs/cluster.md, "Data path"). It connects to the node's daemon (serve::RemoteStore) and asks
+// it which cluster it belongs to (ClusterView); when it belongs to none, it is that RemoteStore.
+// Otherwise every batch is routed by its first key, the session's root: capacity-weighted
+// rendezvous hashing over the healthy members (cluster/rendezvous.h) names its home.
+//  - A batch whose home is this node takes the local path (RemoteStore: the daemon's arena and
+//    pool files, directly).
+//  - Lookup at a remote home: one UCX round trip (PeerLookup).
+//  - Put: a batch that starts a chain goes to its rendezvous home; one that continues a chain
+//    (WriteHints.prefix_tail) goes to the member that holds its previous block, so a session
+//    stays on one node (found from this client's record of its own puts, else by a lookup of that
+//    block at each member). To a remote member the blocks travel with the request (PeerPut); it
+//    reserves, writes and publishes them as any Put. A home that answers NoSpace passes the batch
+//    to the next member in rendezvous order. While etcd is unreachable (the daemon says so), new
+//    sessions are placed on this node.
+//  - Restore from a remote home: PeerRestore pins the hits; DRAM hits are read with one-sided
+//    UCX gets from the home's arena straight into the caller's buffers; SSD hits are read by the
+//    home's own engine and arrive layer by layer (PeerLayer), each copied into place as it lands;
+//    layers are reported in order; every block is verified against its stored checksum here. A
+//    home that dies or stops answering within `timeout` turns the blocks not yet verified into
+//    misses: never an error, never wrong bytes.
+// The member list is the daemon's, refreshed at most every `view_refresh`.
+//
+// Not done yet (docs/cluster.md): a lookup continues on the next member only when the home
+// found nothing; Reclaim, Clear and GetStats are the local node's.
+//
+// Thread safety: as RemoteStore; restore handles must not outlive the store.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "cluster/ucx_transport.h"
+#include "flatcake/store.h"
+#include "serve/remote_store.h"
+#include "util/thread_annotations.h"
+
+namespace flatcake::cluster {
+
+struct ClusterClientOptions {
+  std::chrono::milliseconds timeout{5000};  // per remote request
+  std::chrono::milliseconds view_refresh{1000};
+};
+
+class ClusterStore final : public Store {
+ public:
+  static Result<std::unique_ptr<ClusterStore>> Connect(std::string address, std::string tenant,
+                                                       serve::ClientOptions options = {},
+                                                       ClusterClientOptions cluster = {});
+  ~ClusterStore() override;
+
+  Result<PutResult> Put(std::span<const Key> keys, const KvLayout& layout, const BlockBuffers& src,
+                        const WriteHints& hints = {}) override;
+  LookupResult Lookup(std::span<const Key> keys) override;
+  Result<std::unique_ptr<RestoreHandle>> Restore(std::span<const Key> keys, const KvLayout& layout,
+                                                 const BlockBuffers& dst,
+                                                 const RestoreOptions& options = {}) override;
+  uint64_t Reclaim(MediaType medium, double target_fraction) override {
+    return local_->Reclaim(medium, target_fraction);
+  }
+  void Clear() override { local_->Clear(); }
+  StoreStats GetStats() const override { return local_->GetStats(); }
+  StoreInfo GetInfo() const override { return local_->GetInfo(); }
+  const StoreOptions& options() const override { return local_->options(); }
+
+  // Whether the daemon is in a cluster; this node's NodeID there (0 when not).
+  bool clustered() const EXCLUDES(mu_);
+  uint32_t local_node_id() const EXCLUDES(mu_);
+  // The members, home first, for a batch whose first key is `root` (empty when not clustered).
+  std::vector<uint32_t> Placement(const Key& root) EXCLUDES(mu_);
+  // The client's UCX worker (to register the memory restores land in: UcxNode::Register);
+  // REQUIRES: clustered().
+  UcxNode& ucx_worker() { return *ucx_; }
+
+ private:
+  struct Peer {
+    std::string address;
+    uint64_t arena_base = 0, arena_bytes = 0;
+    std::string arena_rkey;
+    bool hello = false;
+  };
+  ClusterStore(std::unique_ptr<serve::RemoteStore> local, ClusterClientOptions options);
+  void RefreshView() EXCLUDES(mu_);
+  // The member's address and arena (a PeerHello the first time).
+  Result<Peer> PeerOf(uint32_t node) EXCLUDES(mu_);
+  // The member that holds `key` (the last block a batch continues): this client's own record of
+  // where it put it, else a lookup at this node, then at each other member. nullopt: none.
+  std::optional<uint32_t> NodeHolding(const Key& key) EXCLUDES(mu_);
+  void RememberTail(const Key& tail, uint32_t node) EXCLUDES(mu_);
+  Result<PutResult> RemotePut(uint32_t node, std::span<const Key> keys, const KvLayout& layout,
+                              const BlockBuffers& src, const WriteHints& hints);
+
+  class RemoteRestore;
+  std::unique_ptr<serve::RemoteStore> local_;
+  const ClusterClientOptions options_;
+  std::unique_ptr<UcxNode> ucx_;  // once the view says the daemon is in a cluster
+
+  mutable Mutex mu_;
+  serve::ClusterViewInfo view_ GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point view_at_ GUARDED_BY(mu_);
+  std::unordered_map<uint32_t, Peer> peers_ GUARDED_BY(mu_);
+  // Where this client put the last block of its recent batches.
+  static constexpr size_t kMaxTails = 1 << 16;
+  std::unordered_map<Key, uint32_t, KeyHash> tails_ GUARDED_BY(mu_);
+};
+
+}  // namespace flatcake::cluster

@@ -1,0 +1,374 @@
+#include "cluster/peer_service.h"
+
+#include <cstring>
+
+#include "serve/rpc_convert.h"
+#include "serve/tenants.h"
+#include "serve/wire.h"
+
+namespace flatcake::cluster {
+
+using Clock = std::chrono::steady_clock;
+
+// One client's restore from this node: its pin, and the SSD hits being read into `staging`.
+struct PeerService::Restore {
+  uint64_t id = 0;
+  uint64_t pin = 0;
+  KvLayout layout;
+  std::vector<Key> ssd_keys;     // the stored keys of the SSD hits, in key order
+  PeerService::Staging staging;  // their blocks, each contiguous [layer][plane]
+  std::vector<void*> ptrs;
+  std::unique_ptr<RestoreHandle> handle;  // null without SSD hits
+  Clock::time_point expires;
+  // Guarded by the service's mu_:
+  uint32_t layers_landed = 0;
+  Status failed;  // the SSD restore's error, once known
+  std::unordered_map<uint32_t, std::vector<UcxNode::Responder>> waiting;  // by layer
+  bool ended = false;
+};
+
+namespace {
+
+template <typename Message>
+Result<Message> Parse(const std::string& header, const char* what) {
+  Message m;
+  if (!m.ParseFromString(header)) {
+    return Status::InvalidArgument(std::string("peer request ") + what + " does not parse");
+  }
+  return m;
+}
+
+// A request's tenant namespace, and its keys as the client named them and as the store holds them.
+struct TenantKeys {
+  serve::TenantNamespace ns;
+  std::vector<Key> keys, stored;
+};
+
+template <typename Message>
+Result<TenantKeys> KeysOf(const Message& m) {
+  FC_RETURN_IF_ERROR(serve::ValidateTenantName(m.tenant()));
+  TenantKeys out{serve::TenantNamespace(m.tenant()), {}, {}};
+  FC_ASSIGN_OR_RETURN(out.keys, serve::DecodeKeys(m.keys(), serve::kMaxBatchKeys));
+  out.stored = out.ns.StoredKeys(out.keys);
+  return out;
+}
+
+void Fail(const UcxNode::Responder& respond, const Status& st) { respond(st, {}, {}); }
+
+}  // namespace
+
+// Layer `layer` of r's SSD hits: each hit's planes of it, in key order.
+std::string PeerService::LayerBytes(const Restore& r, uint32_t layer) {
+  const uint64_t per = uint64_t{r.layout.num_planes} * r.layout.slice_bytes;
+  std::string data;
+  data.reserve(r.ssd_keys.size() * per);
+  for (size_t i = 0; i < r.ssd_keys.size(); ++i) {
+    data.append(reinterpret_cast<const char*>(r.staging.mem.get()) + i * r.layout.block_bytes() +
+                    layer * per,
+                per);
+  }
+  return data;
+}
+
+PeerService::PeerService(FlatStore* store, UcxNode* ucx, uint32_t node_id,
+                         std::chrono::milliseconds restore_ttl)
+    : store_(store),
+      ucx_(ucx),
+      node_id_(node_id),
+      restore_ttl_(restore_ttl),
+      owner_(0xFCC1'0000'0000'0000ull | node_id) {}
+
+PeerService::~PeerService() { Stop(); }
+
+Status PeerService::Start() {
+  const uint8_t* base = store_->dram_arena_base();
+  if (base != nullptr) {
+    arena_bytes_ = store_->shared_media().dram_bytes;
+    FC_ASSIGN_OR_RETURN(arena_, ucx_->Register(const_cast<uint8_t*>(base), arena_bytes_));
+    arena_base_ = reinterpret_cast<uint64_t>(base);
+  }
+  ucx_->SetHandler(kPeerHello, [this](std::string_view, std::string, std::string,
+                                      UcxNode::Responder r) { OnHello(std::move(r)); });
+  ucx_->SetHandler(kPeerLookup, [this](std::string_view, std::string h, std::string,
+                                       UcxNode::Responder r) { OnLookup(h, std::move(r)); });
+  ucx_->SetHandler(kPeerPut,
+                   [this](std::string_view, std::string h, std::string d, UcxNode::Responder r) {
+                     OnPut(h, std::move(d), std::move(r));
+                   });
+  ucx_->SetHandler(kPeerRestore, [this](std::string_view, std::string h, std::string,
+                                        UcxNode::Responder r) { OnRestore(h, std::move(r)); });
+  ucx_->SetHandler(kPeerLayer, [this](std::string_view, std::string h, std::string,
+                                      UcxNode::Responder r) { OnLayer(h, std::move(r)); });
+  ucx_->SetHandler(kPeerRestoreEnd,
+                   [this](std::string_view, std::string h, std::string, UcxNode::Responder r) {
+                     OnRestoreEnd(h, std::move(r));
+                   });
+  sweeper_ = std::thread([this] { SweepLoop(); });
+  started_ = true;
+  return Status::OK();
+}
+
+void PeerService::Stop() {
+  std::vector<std::shared_ptr<Restore>> left;
+  {
+    MutexLock lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    for (auto& [id, r] : restores_) left.push_back(r);
+    restores_.clear();
+  }
+  cv_.NotifyAll();
+  if (sweeper_.joinable()) sweeper_.join();
+  for (const auto& r : left) Finish(r);
+  if (started_ && arena_.handle != 0) ucx_->Unregister(arena_.handle);
+}
+
+size_t PeerService::restores_in_flight() const {
+  MutexLock lock(mu_);
+  return restores_.size();
+}
+
+void PeerService::OnHello(UcxNode::Responder respond) {
+  rpc::PeerHelloReply reply;
+  reply.set_node_id(node_id_);
+  reply.set_arena_base(arena_base_);
+  reply.set_arena_bytes(arena_bytes_);
+  reply.set_arena_rkey(arena_.rkey);
+  respond(Status::OK(), reply.SerializeAsString(), {});
+}
+
+void PeerService::OnLookup(const std::string& header, UcxNode::Responder respond) {
+  auto req = Parse<rpc::PeerLookup>(header, "PeerLookup");
+  if (!req.ok()) return Fail(respond, req.status());
+  auto tk = KeysOf(*req);
+  if (!tk.ok()) return Fail(respond, tk.status());
+  respond(Status::OK(), serve::ToRpc(store_->Lookup(tk->stored)).SerializeAsString(), {});
+}
+
+void PeerService::OnPut(const std::string& header, std::string data, UcxNode::Responder respond) {
+  auto req = Parse<rpc::PeerPut>(header, "PeerPut");
+  if (!req.ok()) return Fail(respond, req.status());
+  auto tk = KeysOf(*req);
+  if (!tk.ok()) return Fail(respond, tk.status());
+  const std::vector<Key>* keys = &tk->keys;
+  const KvLayout layout = serve::FromRpc(req->layout());
+  if (Status v = ValidateKvLayout(layout); !v.ok()) return Fail(respond, v);
+  if (data.size() != keys->size() * layout.block_bytes()) {
+    return Fail(respond,
+                Status::InvalidArgument("PeerPut carries " + std::to_string(data.size()) +
+                                        " bytes for " + std::to_string(keys->size()) +
+                                        " blocks of " + std::to_string(layout.block_bytes())));
+  }
+  auto hints = serve::FromRpc(req->hints());
+  if (!hints.ok()) return Fail(respond, hints.status());
+  std::vector<void*> ptrs(keys->size());
+  for (size_t i = 0; i < keys->size(); ++i) ptrs[i] = data.data() + i * layout.block_bytes();
+  auto put = store_->Put(tk->stored, layout, BlockBuffers{BufferKind::kBlockContiguous, ptrs},
+                         tk->ns.StoredHints(*hints));
+  if (!put.ok()) return Fail(respond, put.status());
+  rpc::PeerPutReply reply;
+  reply.set_written(put->written);
+  reply.set_present(put->already_present);
+  respond(Status::OK(), reply.SerializeAsString(), {});
+}
+
+void PeerService::OnRestore(const std::string& header, UcxNode::Responder respond) {
+  auto req = Parse<rpc::PeerRestore>(header, "PeerRestore");
+  if (!req.ok()) return Fail(respond, req.status());
+  auto tk = KeysOf(*req);
+  if (!tk.ok()) return Fail(respond, tk.status());
+  const std::vector<Key>* keys = &tk->keys;
+  const std::vector<Key>& stored = tk->stored;
+  const KvLayout layout = serve::FromRpc(req->layout());
+  if (Status v = ValidateKvLayout(layout); !v.ok()) return Fail(respond, v);
+  auto pin = store_->PinRead(owner_, stored, layout);
+  if (!pin.ok()) return Fail(respond, pin.status());
+  rpc::PeerRestoreReply reply;
+  for (size_t i = 0; i < keys->size(); ++i) reply.add_blocks();
+  auto r = std::make_shared<Restore>();
+  r->pin = pin->id;
+  r->layout = layout;
+  for (const PinnedHit& h : pin->hits) {
+    rpc::BlockLocation* b = reply.mutable_blocks(static_cast<int>(h.key));
+    b->set_found(true);
+    b->set_medium(serve::ToRpc(h.medium));
+    b->set_offset(h.offset);
+    b->set_plane_stride(h.layer_stride / layout.num_planes);
+    b->set_layer_stride(h.layer_stride);
+    b->set_checksum(h.checksum);
+    if (h.medium == MediaType::kSsd) r->ssd_keys.push_back(stored[h.key]);
+  }
+  if (pin->id == 0) return respond(Status::OK(), reply.SerializeAsString(), {});
+  {
+    MutexLock lock(mu_);
+    if (stopped_) {
+      (void)store_->Unpin(owner_, pin->id);
+      return Fail(respond, Status::Aborted("peer service stopping"));
+    }
+    r->id = next_restore_++;
+    r->expires = Clock::now() + restore_ttl_;
+    restores_[r->id] = r;
+  }
+  reply.set_restore_id(r->id);
+  if (!r->ssd_keys.empty()) {
+    const uint64_t bb = layout.block_bytes();
+    r->staging = TakeStaging(r->ssd_keys.size() * bb);
+    r->ptrs.resize(r->ssd_keys.size());
+    for (size_t i = 0; i < r->ptrs.size(); ++i) r->ptrs[i] = r->staging.mem.get() + i * bb;
+    RestoreOptions ro;
+    std::weak_ptr<Restore> weak = r;
+    ro.on_layer = [this, weak](uint32_t l) {
+      if (auto s = weak.lock()) LayerLanded(s, l);
+    };
+    auto handle = store_->Restore(r->ssd_keys, layout,
+                                  BlockBuffers{BufferKind::kBlockContiguous, r->ptrs}, ro);
+    MutexLock lock(mu_);
+    if (handle.ok()) {
+      r->handle = std::move(*handle);
+    } else {
+      r->failed = handle.status();
+    }
+  }
+  respond(Status::OK(), reply.SerializeAsString(), {});
+}
+
+void PeerService::LayerLanded(const std::shared_ptr<Restore>& r, uint32_t layer) {
+  std::vector<UcxNode::Responder> ready;
+  {
+    MutexLock lock(mu_);
+    r->layers_landed = std::max(r->layers_landed, layer + 1);
+    auto it = r->waiting.find(layer);
+    if (it != r->waiting.end()) {
+      ready = std::move(it->second);
+      r->waiting.erase(it);
+    }
+  }
+  if (ready.empty()) return;
+  const std::string data = LayerBytes(*r, layer);
+  for (auto& respond : ready) respond(Status::OK(), {}, data);
+}
+
+void PeerService::OnLayer(const std::string& header, UcxNode::Responder respond) {
+  auto req = Parse<rpc::PeerLayer>(header, "PeerLayer");
+  if (!req.ok()) return Fail(respond, req.status());
+  std::shared_ptr<Restore> r;
+  bool landed;
+  {
+    MutexLock lock(mu_);
+    auto it = restores_.find(req->restore_id());
+    if (it == restores_.end()) {
+      return Fail(respond, Status::NotFound("no restore " + std::to_string(req->restore_id())));
+    }
+    r = it->second;
+    if (req->layer() >= r->layout.num_layers) {
+      return Fail(respond, Status::InvalidArgument("layer " + std::to_string(req->layer()) +
+                                                   " out of range"));
+    }
+    if (!r->failed.ok()) return Fail(respond, r->failed);
+    landed = req->layer() < r->layers_landed;
+    if (!landed) {
+      r->waiting[req->layer()].push_back(std::move(respond));
+      return;  // answered when it lands (LayerLanded)
+    }
+  }
+  respond(Status::OK(), {}, LayerBytes(*r, req->layer()));
+}
+
+void PeerService::OnRestoreEnd(const std::string& header, UcxNode::Responder respond) {
+  auto req = Parse<rpc::PeerRestoreEnd>(header, "PeerRestoreEnd");
+  if (!req.ok()) return Fail(respond, req.status());
+  std::shared_ptr<Restore> r;
+  {
+    MutexLock lock(mu_);
+    auto it = restores_.find(req->restore_id());
+    if (it == restores_.end()) {
+      return Fail(respond, Status::NotFound("no restore " + std::to_string(req->restore_id())));
+    }
+    r = it->second;
+    restores_.erase(it);
+  }
+  rpc::PeerRestoreEndReply reply;
+  std::string found(r->ssd_keys.size(), '\0');
+  if (r->handle != nullptr) {
+    // Every layer was asked for and answered, so the reads are done or about to be: the wait is
+    // the checksum verification's.
+    auto result = r->handle->Wait();
+    if (result.ok()) {
+      for (size_t i = 0; i < found.size() && i < result->found.size(); ++i) {
+        found[i] = static_cast<char>(result->found[i]);
+      }
+    }
+  }
+  reply.set_ssd_found(found);
+  Finish(r);
+  respond(Status::OK(), reply.SerializeAsString(), {});
+}
+
+void PeerService::Finish(const std::shared_ptr<Restore>& r) {
+  std::unordered_map<uint32_t, std::vector<UcxNode::Responder>> waiting;
+  {
+    MutexLock lock(mu_);
+    if (r->ended) return;
+    r->ended = true;
+    waiting = std::move(r->waiting);
+  }
+  for (auto& [layer, rs] : waiting) {
+    for (auto& respond : rs) Fail(respond, Status::Aborted("restore ended"));
+  }
+  if (r->handle != nullptr) {
+    r->handle->Cancel();
+    (void)r->handle->Wait();
+    r->handle.reset();
+  }
+  (void)store_->Unpin(owner_, r->pin);
+  GiveStaging(std::move(r->staging));
+}
+
+// Staging is reused: a fresh allocation of a restore's size is fresh pages, whose zeroing by the
+// kernel costs more than the restore's own copies.
+PeerService::Staging PeerService::TakeStaging(size_t bytes) {
+  {
+    MutexLock lock(mu_);
+    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+      if (it->size >= bytes) {
+        Staging s = std::move(*it);
+        spare_bytes_ -= s.size;
+        spare_.erase(it);
+        return s;
+      }
+    }
+  }
+  return Staging{std::unique_ptr<uint8_t[]>(new uint8_t[bytes]), bytes};
+}
+
+void PeerService::GiveStaging(Staging s) {
+  if (s.mem == nullptr) return;
+  MutexLock lock(mu_);
+  if (spare_bytes_ + s.size > kSpareStagingBytes) return;  // freed
+  spare_bytes_ += s.size;
+  spare_.push_back(std::move(s));
+}
+
+void PeerService::SweepLoop() {
+  for (;;) {
+    std::vector<std::shared_ptr<Restore>> expired;
+    {
+      MutexLock lock(mu_);
+      if (stopped_) return;
+      (void)cv_.WaitFor(mu_, std::chrono::milliseconds(500));
+      if (stopped_) return;
+      const auto now = Clock::now();
+      for (auto it = restores_.begin(); it != restores_.end();) {
+        if (it->second->expires <= now) {
+          expired.push_back(it->second);
+          it = restores_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (const auto& r : expired) Finish(r);
+  }
+}
+
+}  // namespace flatcake::cluster

@@ -1,0 +1,103 @@
+// PeerService: what a member's daemon answers, over UCX, to clients of other nodes
+// (docs/cluster.md, "Data path"). The requests are the Peer* messages of flatcake_rpc.proto:
+//   - PeerHello: the node's id and its DRAM arena (address, size, packed UCX key), which the
+//     service registered with UCX at Start;
+//   - PeerLookup: the store's Lookup;
+//   - PeerPut: the store's Put of the blocks the request carries (reserved, written, published
+//     only once written, as any Put);
+//   - PeerRestore: pins the hits; the reply says where each is. The client reads DRAM hits
+//     itself from the arena with UCX gets; SSD hits the service restores with the store's own
+//     engine (coalesced, layer by layer, FC-MAS scheduled) into a staging buffer, and answers each
+//     PeerLayer once that layer has landed, so the client receives layers in order as they land;
+//   - PeerRestoreEnd: which SSD hits were read and verified; unpins and frees the staging.
+// A restore the client abandons (gone, cut off) is ended by the service after `restore_ttl`.
+// Keys are mapped into the request's tenant namespace, as the daemon maps its clients' keys.
+// Quotas are not charged for peers' writes (docs/cluster.md says so).
+//
+// Thread safety: handlers run on the UCX progress thread and never block; SSD completions on the
+// store's I/O threads; the sweeper on its own thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cluster/ucx_transport.h"
+#include "store/flat_store.h"
+#include "util/thread_annotations.h"
+
+namespace flatcake::cluster {
+
+// UcxNode handler ids of the peer requests.
+enum PeerRequest : uint32_t {
+  kPeerHello = 100,
+  kPeerLookup = 101,
+  kPeerPut = 102,
+  kPeerRestore = 103,
+  kPeerLayer = 104,
+  kPeerRestoreEnd = 105,
+};
+
+class PeerService {
+ public:
+  // `store` and `ucx` outlive the service.
+  PeerService(FlatStore* store, UcxNode* ucx, uint32_t node_id,
+              std::chrono::milliseconds restore_ttl = std::chrono::seconds(30));
+  // Stop().
+  ~PeerService();
+  PeerService(const PeerService&) = delete;
+  PeerService& operator=(const PeerService&) = delete;
+
+  // Registers the arena and the handlers, starts the sweeper.
+  Status Start();
+  // Ends every restore in flight (unpinned, staging freed) and stops the sweeper. The handlers
+  // stay registered but answer Aborted. Idempotent.
+  void Stop();
+
+  size_t restores_in_flight() const EXCLUDES(mu_);
+
+ private:
+  struct Restore;
+  struct Staging {
+    std::unique_ptr<uint8_t[]> mem;
+    size_t size = 0;
+  };
+  static constexpr size_t kSpareStagingBytes = size_t{1} << 30;
+  Staging TakeStaging(size_t bytes) EXCLUDES(mu_);
+  void GiveStaging(Staging s) EXCLUDES(mu_);
+  void OnHello(UcxNode::Responder respond);
+  void OnLookup(const std::string& header, UcxNode::Responder respond);
+  void OnPut(const std::string& header, std::string data, UcxNode::Responder respond);
+  void OnRestore(const std::string& header, UcxNode::Responder respond) EXCLUDES(mu_);
+  void OnLayer(const std::string& header, UcxNode::Responder respond) EXCLUDES(mu_);
+  void OnRestoreEnd(const std::string& header, UcxNode::Responder respond) EXCLUDES(mu_);
+  // Called on the store's thread as layer `layer` of `r`'s SSD hits lands.
+  void LayerLanded(const std::shared_ptr<Restore>& r, uint32_t layer) EXCLUDES(mu_);
+  // Ends `r`: fails the layers still asked for, cancels and waits for its SSD reads, unpins.
+  void Finish(const std::shared_ptr<Restore>& r) EXCLUDES(mu_);
+  static std::string LayerBytes(const Restore& r, uint32_t layer);
+  void SweepLoop() EXCLUDES(mu_);
+
+  FlatStore* const store_;
+  UcxNode* const ucx_;
+  const uint32_t node_id_;
+  const std::chrono::milliseconds restore_ttl_;
+  const uint64_t owner_;  // the lease owner of every pin the service takes
+  UcxNode::Registration arena_;
+  uint64_t arena_base_ = 0, arena_bytes_ = 0;
+
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stopped_ GUARDED_BY(mu_) = false;
+  uint64_t next_restore_ GUARDED_BY(mu_) = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<Restore>> restores_ GUARDED_BY(mu_);
+  std::vector<Staging> spare_ GUARDED_BY(mu_);  // staging of ended restores, for the next ones
+  size_t spare_bytes_ GUARDED_BY(mu_) = 0;
+  std::thread sweeper_;
+  bool started_ = false;
+};
+
+}  // namespace flatcake::cluster
