@@ -62,10 +62,12 @@ std::function<serve::ClusterViewInfo()> ClusterNode::ViewSource() {
 }
 
 serve::ClusterViewInfo ClusterNode::View() const {
+  // Enabled from the start (the daemon is configured for a cluster): a client that connects before
+  // the node has joined gets its UCX worker ready, and no members yet.
   serve::ClusterViewInfo v;
+  v.enabled = true;
   MutexLock lock(mu_);
   if (membership_ == nullptr) return v;
-  v.enabled = true;
   v.node_id = membership_->node_id();
   v.etcd_reachable = membership_->etcd_reachable();
   const int64_t now = UnixNowMs();

@@ -9,8 +9,9 @@
 //   ...
 //   (*node)->Leave();                                      // before the daemon shuts down
 //
-// Until Join, ViewSource says the cluster is not enabled. The NodeID is saved in
-// options.node_id_file (when given) and taken again at the next Join when it is free.
+// Until Join, ViewSource says the cluster is enabled with no members (NodeID 0), so that clients
+// prepare their data path and place everything locally until the node has joined. The NodeID is
+// saved in options.node_id_file (when given) and taken again at the next Join when it is free.
 //
 // Thread safety: ViewSource's function may be called from any thread at any time; Join and
 // Leave from one thread.

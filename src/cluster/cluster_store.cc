@@ -172,24 +172,32 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     Finish(std::move(out));
   }
 
-  // Asks for every layer of the SSD hits at once; copies each into place as it arrives and
-  // reports layers in order.
+  // Streams the layers of the SSD hits, kLayerWindow at a time, each received straight into a
+  // buffer of its window slot (UcxNode::CallInto), copied into place, the slot then asked for
+  // the next layer; layers are reported in order as they land.
   Status ReadSsdLayers(const Peer& peer, uint64_t restore_id, const std::vector<uint32_t>& ssd) {
+    constexpr uint32_t kLayerWindow = 4;
+    const uint32_t layers = layout_.num_layers;
+    const uint32_t window = std::min(kLayerWindow, layers);
+    const uint64_t per = uint64_t{layout_.num_planes} * layout_.slice_bytes;
+    const uint64_t run = ssd.size() * per;
     struct Shared {
       Mutex mu;
       CondVar cv;
+      std::vector<uint32_t> completed GUARDED_BY(mu);  // layers in the order their replies came
       std::vector<uint8_t> landed GUARDED_BY(mu);
-      size_t pending GUARDED_BY(mu) = 0;
+      uint32_t outstanding GUARDED_BY(mu) = 0;
       Status status GUARDED_BY(mu);
     };
     auto shared = std::make_shared<Shared>();
     {
       MutexLock lock(shared->mu);
-      shared->landed.assign(layout_.num_layers, 0);
-      shared->pending = layout_.num_layers;
+      shared->landed.assign(layers, 0);
     }
-    const uint64_t per = uint64_t{layout_.num_planes} * layout_.slice_bytes;
-    for (uint32_t l = 0; l < layout_.num_layers; ++l) {
+    std::vector<std::unique_ptr<char[]>> slots(window);
+    for (auto& b : slots) b.reset(new char[run]);
+    const auto issue = [&](uint32_t l) {
+      char* buf = slots[l % window].get();
       rpc::PeerLayer req;
       req.set_restore_id(restore_id);
       req.set_layer(l);
@@ -197,50 +205,65 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
       // room for the bytes ahead of it at kMinStreamBytesPerSecond.
       const auto deadline =
           store_->options_.timeout +
-          std::chrono::milliseconds(static_cast<int64_t>(
-              1e3 * static_cast<double>((l + 1) * ssd.size() * per) / kMinStreamBytesPerSecond));
-      store_->ucx_->Call(peer.address, kPeerLayer, req.SerializeAsString(), {}, deadline,
-                         [this, shared, l, per, &ssd](Status st, std::string, std::string data) {
-                           if (st.ok() && data.size() != ssd.size() * per) {
-                             st = Status::Corruption("a layer of the wrong size");
-                           }
-                           if (st.ok()) {
-                             for (size_t j = 0; j < ssd.size(); ++j) {
-                               for (uint32_t p = 0; p < layout_.num_planes; ++p) {
-                                 std::memcpy(SliceAddress(Buffers(), layout_, ssd[j], l, p),
-                                             data.data() + j * per + p * layout_.slice_bytes,
-                                             layout_.slice_bytes);
-                               }
-                             }
-                           }
-                           {
-                             MutexLock lock(shared->mu);
-                             if (!st.ok() && shared->status.ok()) shared->status = st;
-                             shared->landed[l] = 1;
-                             shared->pending--;
-                           }
-                           shared->cv.NotifyAll();
-                         });
-    }
-    // Report in order as they land; wait for every callback (they write the caller's buffers).
-    uint32_t reported = 0;
+          std::chrono::milliseconds(static_cast<int64_t>(1e3 * static_cast<double>((l + 1) * run) /
+                                                         kMinStreamBytesPerSecond));
+      {
+        MutexLock lock(shared->mu);
+        shared->outstanding++;
+      }
+      store_->ucx_->CallInto(
+          peer.address, kPeerLayer, req.SerializeAsString(), {}, deadline, buf, run,
+          [this, shared, l, per, run, buf, &ssd](Status st, std::string, size_t length) {
+            if (st.ok() && length != run) st = Status::Corruption("a layer of the wrong size");
+            if (st.ok()) {
+              for (size_t j = 0; j < ssd.size(); ++j) {
+                for (uint32_t p = 0; p < layout_.num_planes; ++p) {
+                  std::memcpy(SliceAddress(Buffers(), layout_, ssd[j], l, p),
+                              buf + j * per + p * layout_.slice_bytes, layout_.slice_bytes);
+                }
+              }
+            }
+            {
+              MutexLock lock(shared->mu);
+              if (!st.ok() && shared->status.ok()) shared->status = st;
+              if (st.ok()) shared->landed[l] = 1;
+              shared->completed.push_back(l);
+              shared->outstanding--;
+            }
+            shared->cv.NotifyAll();
+          });
+    };
+    for (uint32_t l = 0; l < window; ++l) issue(l);
+    size_t handled = 0;     // completed layers whose slot was passed on
+    uint32_t reported = 0;  // layers reported, in order
     for (;;) {
+      std::vector<uint32_t> freed;
       uint32_t upto;
-      bool finished;
+      uint32_t outstanding;
       Status status;
       {
         MutexLock lock(shared->mu);
-        while (shared->pending > 0 && !(reported < layout_.num_layers && shared->landed[reported] &&
-                                        shared->status.ok())) {
+        while (shared->completed.size() == handled && shared->outstanding > 0) {
           shared->cv.Wait(shared->mu);
         }
+        freed.assign(shared->completed.begin() + static_cast<std::ptrdiff_t>(handled),
+                     shared->completed.end());
+        handled = shared->completed.size();
         upto = reported;
-        while (upto < layout_.num_layers && shared->landed[upto] && shared->status.ok()) upto++;
-        finished = shared->pending == 0;
+        while (upto < layers && shared->landed[upto]) upto++;
+        outstanding = shared->outstanding;
         status = shared->status;
       }
       for (; reported < upto; ++reported) ReportLayer(reported);
-      if (finished) return status;
+      if (status.ok()) {
+        for (uint32_t l : freed) {
+          if (l + window < layers) {
+            issue(l + window);
+            outstanding++;
+          }
+        }
+      }
+      if (outstanding == 0) return status;  // every reply is in (the buffers are ours again)
     }
   }
 
@@ -293,13 +316,15 @@ void ClusterStore::RefreshView() {
   auto view = local_->ClusterView();
   if (!view.ok()) return;  // the daemon is away: keep the last view
   MutexLock lock(mu_);
-  if (view->enabled && ucx_ == nullptr) return;  // a daemon that joined after we connected
+  // (A daemon that gained a cluster after this client connected keeps being served locally: the
+  // UCX worker is made at Connect only.)
+  if (view->enabled && ucx_ == nullptr) return;
   view_ = std::move(*view);
 }
 
 bool ClusterStore::clustered() const {
   MutexLock lock(mu_);
-  return view_.enabled;
+  return view_.enabled && view_.node_id != 0;
 }
 
 uint32_t ClusterStore::local_node_id() const {
@@ -310,7 +335,7 @@ uint32_t ClusterStore::local_node_id() const {
 std::vector<uint32_t> ClusterStore::Placement(const Key& root) {
   RefreshView();
   MutexLock lock(mu_);
-  if (!view_.enabled) return {};
+  if (!view_.enabled || view_.node_id == 0) return {};  // not joined (yet): everything is local
   std::vector<RendezvousNode> nodes;
   for (const serve::ClusterViewMember& m : view_.members) {
     if (m.healthy || m.node_id == view_.node_id) {

@@ -10,14 +10,56 @@ namespace flatcake::cluster {
 
 using Clock = std::chrono::steady_clock;
 
+// Staging is reused: a fresh allocation of a restore's size is fresh pages, whose zeroing by the
+// kernel costs more than the restore's own copies. Thread-safe.
+class PeerService::StagingPool {
+ public:
+  struct Buffer {
+    std::unique_ptr<uint8_t[]> mem;
+    size_t size = 0;
+  };
+  Buffer Take(size_t bytes) EXCLUDES(mu_) {
+    {
+      MutexLock lock(mu_);
+      for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+        if (it->size >= bytes) {
+          Buffer b = std::move(*it);
+          spare_bytes_ -= b.size;
+          spare_.erase(it);
+          return b;
+        }
+      }
+    }
+    return Buffer{std::unique_ptr<uint8_t[]>(new uint8_t[bytes]), bytes};
+  }
+  void Give(Buffer b) EXCLUDES(mu_) {
+    if (b.mem == nullptr) return;
+    MutexLock lock(mu_);
+    if (spare_bytes_ + b.size > kSpareBytes) return;  // freed
+    spare_bytes_ += b.size;
+    spare_.push_back(std::move(b));
+  }
+
+ private:
+  static constexpr size_t kSpareBytes = size_t{1} << 30;
+  Mutex mu_;
+  std::vector<Buffer> spare_ GUARDED_BY(mu_);
+  size_t spare_bytes_ GUARDED_BY(mu_) = 0;
+};
+
 // One client's restore from this node: its pin, and the SSD hits being read into `staging`.
 struct PeerService::Restore {
+  ~Restore() {
+    if (pool != nullptr) pool->Give(std::move(staging));
+  }
   uint64_t id = 0;
   uint64_t pin = 0;
   KvLayout layout;
-  std::vector<Key> ssd_keys;     // the stored keys of the SSD hits, in key order
-  PeerService::Staging staging;  // their blocks, each contiguous [layer][plane]
-  std::vector<void*> ptrs;
+  std::vector<Key> ssd_keys;  // the stored keys of the SSD hits, in key order
+  // Their slices, layer-major: [layer][hit][plane], so that a layer is one run to send.
+  StagingPool::Buffer staging;
+  std::shared_ptr<StagingPool> pool;
+  std::vector<void*> ptrs;                // kSlicePointers into `staging`
   std::unique_ptr<RestoreHandle> handle;  // null without SSD hits
   Clock::time_point expires;
   // Guarded by the service's mu_:
@@ -57,17 +99,10 @@ void Fail(const UcxNode::Responder& respond, const Status& st) { respond(st, {},
 
 }  // namespace
 
-// Layer `layer` of r's SSD hits: each hit's planes of it, in key order.
-std::string PeerService::LayerBytes(const Restore& r, uint32_t layer) {
-  const uint64_t per = uint64_t{r.layout.num_planes} * r.layout.slice_bytes;
-  std::string data;
-  data.reserve(r.ssd_keys.size() * per);
-  for (size_t i = 0; i < r.ssd_keys.size(); ++i) {
-    data.append(reinterpret_cast<const char*>(r.staging.mem.get()) + i * r.layout.block_bytes() +
-                    layer * per,
-                per);
-  }
-  return data;
+UcxPayload PeerService::LayerBytes(const std::shared_ptr<Restore>& r, uint32_t layer) {
+  const uint64_t per = uint64_t{r->layout.num_planes} * r->layout.slice_bytes;
+  const uint64_t run = r->ssd_keys.size() * per;
+  return UcxPayload(reinterpret_cast<const char*>(r->staging.mem.get()) + layer * run, run, r);
 }
 
 PeerService::PeerService(FlatStore* store, UcxNode* ucx, uint32_t node_id,
@@ -76,7 +111,8 @@ PeerService::PeerService(FlatStore* store, UcxNode* ucx, uint32_t node_id,
       ucx_(ucx),
       node_id_(node_id),
       restore_ttl_(restore_ttl),
-      owner_(0xFCC1'0000'0000'0000ull | node_id) {}
+      owner_(0xFCC1'0000'0000'0000ull | node_id),
+      staging_(std::make_shared<StagingPool>()) {}
 
 PeerService::~PeerService() { Stop(); }
 
@@ -212,16 +248,25 @@ void PeerService::OnRestore(const std::string& header, UcxNode::Responder respon
   reply.set_restore_id(r->id);
   if (!r->ssd_keys.empty()) {
     const uint64_t bb = layout.block_bytes();
-    r->staging = TakeStaging(r->ssd_keys.size() * bb);
-    r->ptrs.resize(r->ssd_keys.size());
-    for (size_t i = 0; i < r->ptrs.size(); ++i) r->ptrs[i] = r->staging.mem.get() + i * bb;
+    const size_t n = r->ssd_keys.size();
+    r->pool = staging_;
+    r->staging = staging_->Take(n * bb);
+    r->ptrs.resize(n * layout.num_layers * layout.num_planes);
+    for (size_t j = 0; j < n; ++j) {
+      for (uint32_t l = 0; l < layout.num_layers; ++l) {
+        for (uint32_t p = 0; p < layout.num_planes; ++p) {
+          r->ptrs[(j * layout.num_layers + l) * layout.num_planes + p] =
+              r->staging.mem.get() + ((l * n + j) * layout.num_planes + p) * layout.slice_bytes;
+        }
+      }
+    }
     RestoreOptions ro;
     std::weak_ptr<Restore> weak = r;
     ro.on_layer = [this, weak](uint32_t l) {
       if (auto s = weak.lock()) LayerLanded(s, l);
     };
-    auto handle = store_->Restore(r->ssd_keys, layout,
-                                  BlockBuffers{BufferKind::kBlockContiguous, r->ptrs}, ro);
+    auto handle =
+        store_->Restore(r->ssd_keys, layout, BlockBuffers{BufferKind::kSlicePointers, r->ptrs}, ro);
     MutexLock lock(mu_);
     if (handle.ok()) {
       r->handle = std::move(*handle);
@@ -244,8 +289,7 @@ void PeerService::LayerLanded(const std::shared_ptr<Restore>& r, uint32_t layer)
     }
   }
   if (ready.empty()) return;
-  const std::string data = LayerBytes(*r, layer);
-  for (auto& respond : ready) respond(Status::OK(), {}, data);
+  for (auto& respond : ready) respond(Status::OK(), {}, LayerBytes(r, layer));
 }
 
 void PeerService::OnLayer(const std::string& header, UcxNode::Responder respond) {
@@ -271,7 +315,7 @@ void PeerService::OnLayer(const std::string& header, UcxNode::Responder respond)
       return;  // answered when it lands (LayerLanded)
     }
   }
-  respond(Status::OK(), {}, LayerBytes(*r, req->layer()));
+  respond(Status::OK(), {}, LayerBytes(r, req->layer()));
 }
 
 void PeerService::OnRestoreEnd(const std::string& header, UcxNode::Responder respond) {
@@ -321,32 +365,6 @@ void PeerService::Finish(const std::shared_ptr<Restore>& r) {
     r->handle.reset();
   }
   (void)store_->Unpin(owner_, r->pin);
-  GiveStaging(std::move(r->staging));
-}
-
-// Staging is reused: a fresh allocation of a restore's size is fresh pages, whose zeroing by the
-// kernel costs more than the restore's own copies.
-PeerService::Staging PeerService::TakeStaging(size_t bytes) {
-  {
-    MutexLock lock(mu_);
-    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
-      if (it->size >= bytes) {
-        Staging s = std::move(*it);
-        spare_bytes_ -= s.size;
-        spare_.erase(it);
-        return s;
-      }
-    }
-  }
-  return Staging{std::unique_ptr<uint8_t[]>(new uint8_t[bytes]), bytes};
-}
-
-void PeerService::GiveStaging(Staging s) {
-  if (s.mem == nullptr) return;
-  MutexLock lock(mu_);
-  if (spare_bytes_ + s.size > kSpareStagingBytes) return;  // freed
-  spare_bytes_ += s.size;
-  spare_.push_back(std::move(s));
 }
 
 void PeerService::SweepLoop() {

@@ -61,13 +61,7 @@ class PeerService {
 
  private:
   struct Restore;
-  struct Staging {
-    std::unique_ptr<uint8_t[]> mem;
-    size_t size = 0;
-  };
-  static constexpr size_t kSpareStagingBytes = size_t{1} << 30;
-  Staging TakeStaging(size_t bytes) EXCLUDES(mu_);
-  void GiveStaging(Staging s) EXCLUDES(mu_);
+  class StagingPool;
   void OnHello(UcxNode::Responder respond);
   void OnLookup(const std::string& header, UcxNode::Responder respond);
   void OnPut(const std::string& header, std::string data, UcxNode::Responder respond);
@@ -78,7 +72,8 @@ class PeerService {
   void LayerLanded(const std::shared_ptr<Restore>& r, uint32_t layer) EXCLUDES(mu_);
   // Ends `r`: fails the layers still asked for, cancels and waits for its SSD reads, unpins.
   void Finish(const std::shared_ptr<Restore>& r) EXCLUDES(mu_);
-  static std::string LayerBytes(const Restore& r, uint32_t layer);
+  // Layer `layer` of r's SSD hits, in place in its (layer-major) staging: sent without a copy.
+  static UcxPayload LayerBytes(const std::shared_ptr<Restore>& r, uint32_t layer);
   void SweepLoop() EXCLUDES(mu_);
 
   FlatStore* const store_;
@@ -94,8 +89,9 @@ class PeerService {
   bool stopped_ GUARDED_BY(mu_) = false;
   uint64_t next_restore_ GUARDED_BY(mu_) = 1;
   std::unordered_map<uint64_t, std::shared_ptr<Restore>> restores_ GUARDED_BY(mu_);
-  std::vector<Staging> spare_ GUARDED_BY(mu_);  // staging of ended restores, for the next ones
-  size_t spare_bytes_ GUARDED_BY(mu_) = 0;
+  // Staging buffers of ended restores, for the next ones; shared with the restores, whose last
+  // layer may still be on its way out when the service is gone.
+  std::shared_ptr<StagingPool> staging_;
   std::thread sweeper_;
   bool started_ = false;
 };

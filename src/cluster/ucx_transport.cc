@@ -9,6 +9,7 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -45,6 +46,15 @@ uint32_t GetU32(const char* p) {
 
 class UcxNode::Impl {
  public:
+  // A call waiting for its reply (Call's `done`, or CallInto's buffer and `done_into`).
+  struct PendingCall {
+    std::string peer;
+    Clock::time_point deadline;
+    ReplyCallback done;  // or, for CallInto:
+    IntoCallback done_into;
+    char* into = nullptr;
+    size_t capacity = 0;
+  };
   ~Impl() { Shutdown(); }
 
   Status Init() {
@@ -127,12 +137,17 @@ class UcxNode::Impl {
   // --- on the progress thread only, from here on ---
 
   void DoCall(std::string peer, uint32_t id, std::string header, std::string data,
-              std::chrono::milliseconds timeout, ReplyCallback done) {
+              std::chrono::milliseconds timeout, PendingCall call) {
     auto ep = Endpoint(peer);
-    if (!ep.ok()) return done(ep.status(), {}, {});
+    if (!ep.ok()) {
+      call.peer = peer;
+      return Complete(std::move(call), ep.status(), {}, {});
+    }
     const uint64_t call_id = next_id_++;
-    calls_[call_id] = PendingCall{peer, Clock::now() + timeout, std::move(done)};
-    auto* send = new SendContext{this, call_id, {}, std::move(data)};
+    call.peer = peer;
+    call.deadline = Clock::now() + timeout;
+    calls_[call_id] = std::move(call);
+    auto* send = new SendContext{this, call_id, {}, UcxPayload(std::move(data))};
     PutU64(&send->header, call_id);
     PutU32(&send->header, id);
     send->header.append(header);
@@ -210,11 +225,6 @@ class UcxNode::Impl {
   }
 
  private:
-  struct PendingCall {
-    std::string peer;
-    Clock::time_point deadline;
-    ReplyCallback done;
-  };
   struct PendingGet {
     Impl* impl = nullptr;
     uint64_t id = 0;
@@ -229,7 +239,8 @@ class UcxNode::Impl {
   struct SendContext {
     Impl* impl;
     uint64_t call_id;  // 0: a reply (no call to fail)
-    std::string header, data;
+    std::string header;
+    UcxPayload data;
   };
   struct Peer {
     ucp_ep_h ep = nullptr;
@@ -240,6 +251,8 @@ class UcxNode::Impl {
     bool request;
     std::string header, data;
     ucp_ep_h reply_ep;
+    uint64_t into_call = 0;  // a CallInto's reply, received into its buffer
+    size_t length = 0;
   };
 
   Result<ucp_ep_h> Endpoint(const std::string& peer) {
@@ -268,8 +281,8 @@ class UcxNode::Impl {
     if (send->header.size() > kInlineHeaderMax) {
       std::string moved;
       moved.reserve(send->header.size() + send->data.size());
-      moved.append(send->header).append(send->data);
-      send->data = std::move(moved);
+      moved.append(send->header).append(send->data.data(), send->data.size());
+      send->data = UcxPayload(std::move(moved));
       std::string marker(1, '\1');
       PutU32(&marker, static_cast<uint32_t>(send->header.size()));
       send->header = std::move(marker);
@@ -282,8 +295,9 @@ class UcxNode::Impl {
     rp.cb.send = &Impl::OnSendDone;
     rp.user_data = send;
     rp.flags = flags;
-    ucs_status_ptr_t r = ucp_am_send_nbx(ep, am, send->header.data(), send->header.size(),
-                                         send->data.data(), send->data.size(), &rp);
+    ucs_status_ptr_t r =
+        ucp_am_send_nbx(ep, am, send->header.data(), send->header.size(),
+                        const_cast<char*>(send->data.data()), send->data.size(), &rp);
     if (r == nullptr) {
       delete send;
     } else if (UCS_PTR_IS_ERR(r)) {
@@ -302,9 +316,30 @@ class UcxNode::Impl {
   void FailCall(uint64_t call_id, Status st) {
     auto it = calls_.find(call_id);
     if (it == calls_.end()) return;
-    ReplyCallback done = std::move(it->second.done);
+    PendingCall call = std::move(it->second);
     calls_.erase(it);
-    done(std::move(st), {}, {});
+    Complete(std::move(call), std::move(st), {}, {});
+  }
+
+  // Runs a call's callback with its reply (`data` when it did not land in the call's buffer).
+  static void Complete(PendingCall call, Status st, std::string header, std::string data,
+                       std::optional<size_t> landed = std::nullopt) {
+    if (!call.done_into) {
+      if (call.done) call.done(std::move(st), std::move(header), std::move(data));
+      return;
+    }
+    size_t length = landed.value_or(data.size());
+    if (st.ok() && !landed) {
+      if (data.size() > call.capacity) {
+        st = Status::InvalidArgument("a reply of " + std::to_string(data.size()) +
+                                     " bytes for a buffer of " + std::to_string(call.capacity));
+        length = 0;
+      } else if (!data.empty()) {
+        std::memcpy(call.into, data.data(), data.size());
+      }
+    }
+    if (!st.ok()) length = 0;
+    call.done_into(std::move(st), std::move(header), length);
   }
 
   static void OnGetDone(void* request, ucs_status_t status, void* user_data) {
@@ -395,16 +430,33 @@ class UcxNode::Impl {
         (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 ? param->reply_ep : nullptr;
     std::string h(static_cast<const char*>(header), header_len);
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-      auto* rv = new RndvReceive{this, request, std::move(h), std::string(len, '\0'), reply_ep};
+      auto* rv = new RndvReceive{this, request, std::move(h), {}, reply_ep};
+      // A CallInto's reply (its header inline) lands in the call's buffer.
+      char* dest = nullptr;
+      if (!request && rv->header.size() >= 13 && rv->header[0] == '\0') {
+        const uint64_t call_id = GetU64(rv->header.data() + 1);
+        auto it = calls_.find(call_id);
+        if (it != calls_.end() && it->second.done_into && len <= it->second.capacity) {
+          dest = it->second.into;
+          rv->into_call = call_id;
+          rv->length = len;
+        }
+      }
+      if (dest == nullptr) {
+        rv->data.assign(len, '\0');
+        dest = rv->data.data();
+      }
       ucp_request_param_t rp{};
       rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       rp.cb.recv_am = &Impl::OnRndvDone;
       rp.user_data = rv;
-      ucs_status_ptr_t r = ucp_am_recv_data_nbx(worker_, data, rv->data.data(), len, &rp);
+      ucs_status_ptr_t r = ucp_am_recv_data_nbx(worker_, data, dest, len, &rp);
       if (r == nullptr) {
-        Dispatch(rv->request, std::move(rv->header), std::move(rv->data), rv->reply_ep);
-        delete rv;
+        Landed(rv);
       } else if (UCS_PTR_IS_ERR(r)) {
+        if (rv->into_call != 0) {
+          FailCall(rv->into_call, UcxError("receiving a reply", UCS_PTR_STATUS(r)));
+        }
         delete rv;
       }
       return UCS_OK;
@@ -416,13 +468,24 @@ class UcxNode::Impl {
   static void OnRndvDone(void* request, ucs_status_t status, size_t, void* user_data) {
     auto* rv = static_cast<RndvReceive*>(user_data);
     if (status == UCS_OK) {
-      rv->impl->Dispatch(rv->request, std::move(rv->header), std::move(rv->data), rv->reply_ep);
+      rv->impl->Landed(rv);
+    } else {
+      if (rv->into_call != 0) rv->impl->FailCall(rv->into_call, UcxError("receiving", status));
+      delete rv;
     }
-    delete rv;
     ucp_request_free(request);
   }
 
-  void Dispatch(bool request, std::string header, std::string data, ucp_ep_h reply_ep) {
+  // A rendezvous message is in: dispatched; frees `rv`.
+  void Landed(RndvReceive* rv) {
+    Dispatch(rv->request, std::move(rv->header), std::move(rv->data), rv->reply_ep,
+             rv->into_call != 0 ? std::optional<size_t>(rv->length) : std::nullopt);
+    delete rv;
+  }
+
+  // `landed`: the reply's data is already in its call's buffer, this long.
+  void Dispatch(bool request, std::string header, std::string data, ucp_ep_h reply_ep,
+                std::optional<size_t> landed = std::nullopt) {
     if (header.empty()) return;
     if (header[0] == '\1') {  // the header is at the start of the data (Send)
       if (header.size() < 5) return;
@@ -443,7 +506,7 @@ class UcxNode::Impl {
         auto it = handlers_.find(id);
         if (it != handlers_.end()) h = it->second;
       }
-      Responder respond = [this, call_id, reply_ep](Status st, std::string rh, std::string rd) {
+      Responder respond = [this, call_id, reply_ep](Status st, std::string rh, UcxPayload rd) {
         Post([this, call_id, reply_ep, st = std::move(st), rh = std::move(rh),
               rd = std::move(rd)]() mutable { Reply(reply_ep, call_id, st, rh, std::move(rd)); });
       };
@@ -461,7 +524,7 @@ class UcxNode::Impl {
     if (header.size() < 12 + size_t{err_len}) return;
     auto it = calls_.find(call_id);
     if (it == calls_.end()) return;  // timed out meanwhile
-    ReplyCallback done = std::move(it->second.done);
+    PendingCall call = std::move(it->second);
     calls_.erase(it);
     Status st;
     if (err_len > 0) {
@@ -470,11 +533,11 @@ class UcxNode::Impl {
                ? serve::FromRpc(error).WithContext("peer")
                : Status::Corruption("ucx: a reply whose error does not parse");
     }
-    done(std::move(st), header.substr(12 + err_len), std::move(data));
+    Complete(std::move(call), std::move(st), header.substr(12 + err_len), std::move(data), landed);
   }
 
   void Reply(ucp_ep_h reply_ep, uint64_t call_id, const Status& st, const std::string& header,
-             std::string data) {
+             UcxPayload data) {
     auto* send = new SendContext{this, 0, {}, std::move(data)};
     PutU64(&send->header, call_id);
     const std::string err = st.ok() ? std::string() : serve::ToRpc(st).SerializeAsString();
@@ -605,7 +668,22 @@ void UcxNode::Call(std::string_view peer, uint32_t id, std::string header, std::
                    std::chrono::milliseconds timeout, ReplyCallback done) {
   impl_->Post([impl = impl_.get(), peer = std::string(peer), id, header = std::move(header),
                data = std::move(data), timeout, done = std::move(done)]() mutable {
-    impl->DoCall(std::move(peer), id, std::move(header), std::move(data), timeout, std::move(done));
+    Impl::PendingCall call;
+    call.done = std::move(done);
+    impl->DoCall(std::move(peer), id, std::move(header), std::move(data), timeout, std::move(call));
+  });
+}
+
+void UcxNode::CallInto(std::string_view peer, uint32_t id, std::string header, std::string data,
+                       std::chrono::milliseconds timeout, char* into, size_t capacity,
+                       IntoCallback done) {
+  impl_->Post([impl = impl_.get(), peer = std::string(peer), id, header = std::move(header),
+               data = std::move(data), timeout, into, capacity, done = std::move(done)]() mutable {
+    Impl::PendingCall call;
+    call.done_into = std::move(done);
+    call.into = into;
+    call.capacity = capacity;
+    impl->DoCall(std::move(peer), id, std::move(header), std::move(data), timeout, std::move(call));
   });
 }
 

@@ -28,10 +28,26 @@
 
 namespace flatcake::cluster {
 
+// The data of a reply: bytes it owns, or bytes elsewhere that `keep` keeps alive until UCX has
+// sent them (no copy).
+struct UcxPayload {
+  UcxPayload() = default;
+  UcxPayload(std::string bytes) : owned(std::move(bytes)) {}  // NOLINT(google-explicit-constructor)
+  UcxPayload(const char* at, size_t n, std::shared_ptr<const void> keepalive)
+      : ptr(at), len(n), keep(std::move(keepalive)) {}
+  const char* data() const { return ptr != nullptr ? ptr : owned.data(); }
+  size_t size() const { return ptr != nullptr ? len : owned.size(); }
+
+  std::string owned;
+  const char* ptr = nullptr;
+  size_t len = 0;
+  std::shared_ptr<const void> keep;
+};
+
 class UcxNode {
  public:
   // Answers a request: header and data of the reply, or an error status sent back instead.
-  using Responder = std::function<void(Status status, std::string header, std::string data)>;
+  using Responder = std::function<void(Status status, std::string header, UcxPayload data)>;
   using Handler = std::function<void(std::string_view peer, std::string header, std::string data,
                                      Responder respond)>;
   using ReplyCallback = std::function<void(Status status, std::string header, std::string data)>;
@@ -64,6 +80,12 @@ class UcxNode {
 
   void Call(std::string_view peer, uint32_t id, std::string header, std::string data,
             std::chrono::milliseconds timeout, ReplyCallback done);
+  // Call, with the reply's data landing in [into, into + capacity) instead of a string (UCX
+  // receives a large one straight there): `done` gets its length. A reply longer than `capacity`
+  // fails the call (InvalidArgument). `into` stays untouched by anyone else until `done` runs.
+  using IntoCallback = std::function<void(Status status, std::string header, size_t length)>;
+  void CallInto(std::string_view peer, uint32_t id, std::string header, std::string data,
+                std::chrono::milliseconds timeout, char* into, size_t capacity, IntoCallback done);
   // Call, waiting for the reply.
   Result<std::pair<std::string, std::string>> CallSync(std::string_view peer, uint32_t id,
                                                        std::string header, std::string data,

@@ -19,7 +19,7 @@ struct ClusterViewMember {
 
 struct ClusterViewInfo {
   bool enabled = false;  // false: a one-node store; the rest is unset
-  uint32_t node_id = 0;  // the daemon's own NodeID
+  uint32_t node_id = 0;  // the daemon's own NodeID; 0 while it has not joined yet (no members)
   bool etcd_reachable = false;
   std::vector<ClusterViewMember> members;  // the daemon included, in NodeID order
 };

@@ -76,6 +76,7 @@ std::vector<rpc::Request> SampleRequests() {
   unpin->set_ssd_bytes_read(4 << 20);
   unpin->set_ssd_reads(9);
   next().mutable_stats();
+  next().mutable_cluster_view();
   return out;
 }
 
@@ -157,6 +158,13 @@ std::vector<rpc::Response> SampleResponses() {
   stats.hits = 99;
   stats.skipped_records = 2;
   *next().mutable_stats() = ToRpc(stats);
+  ClusterViewInfo view;
+  view.enabled = true;
+  view.node_id = 2;
+  view.etcd_reachable = true;
+  view.members = {{1, "a", std::string("\x01\x02", 2), 5ull << 30, true},
+                  {2, "b", "addr", 3ull << 30, false}};
+  *next().mutable_cluster_view() = ToRpc(view);
   return out;
 }
 
