@@ -28,6 +28,7 @@
 #include "flatcake/layout.h"
 #include "flatcake/store.h"
 #if FLATCAKE_HAVE_SERVE
+#include "cluster/cluster_store.h"
 #include "serve/remote_store.h"
 #endif
 #include "py_convert.h"
@@ -282,7 +283,9 @@ std::shared_ptr<PyStore> OpenStore(const pyb::dict& config, const std::string& p
 
 #if FLATCAKE_HAVE_SERVE
 // flatcake.connect: a client of the node's daemon behind the same Store wrapper, so it has the
-// embedded store's methods.
+// embedded store's methods. A cluster::ClusterStore: when the daemon is a cluster member
+// (`flatcake serve --etcd`), the client reads and writes the whole cluster (docs/cluster.md);
+// otherwise it is the daemon's RemoteStore.
 std::shared_ptr<PyStore> ConnectStore(const std::string& address, const std::string& tenant,
                                       const std::string& client_name, double timeout_s) {
   serve::ClientOptions options;
@@ -290,9 +293,9 @@ std::shared_ptr<PyStore> ConnectStore(const std::string& address, const std::str
   if (timeout_s > 0) {
     options.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   }
-  Result<std::unique_ptr<serve::RemoteStore>> store = [&] {
+  Result<std::unique_ptr<cluster::ClusterStore>> store = [&] {
     pyb::gil_scoped_release release;  // connecting maps the arena and opens the pool files
-    return serve::RemoteStore::Connect(address, tenant, options);
+    return cluster::ClusterStore::Connect(address, tenant, options);
   }();
   if (!store.ok()) RaiseStatus(store.status());
   return std::make_shared<PyStore>(std::unique_ptr<Store>(std::move(store).value()));

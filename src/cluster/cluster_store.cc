@@ -308,6 +308,7 @@ Result<std::unique_ptr<ClusterStore>> ClusterStore::Connect(std::string address,
 }
 
 void ClusterStore::RefreshView() {
+  if (ucx_ == nullptr) return;  // the daemon was no cluster member at Connect: a one-node store
   {
     MutexLock lock(mu_);
     if (Clock::now() - view_at_ < options_.view_refresh) return;

@@ -19,7 +19,8 @@
 //    layers are reported in order; every block is verified against its stored checksum here. A
 //    home that dies or stops answering within `timeout` turns the blocks not yet verified into
 //    misses: never an error, never wrong bytes.
-// The member list is the daemon's, refreshed at most every `view_refresh`.
+// The member list is the daemon's, refreshed at most every `view_refresh`; a daemon that was no
+// cluster member at Connect is never asked again (the store is its RemoteStore, at no cost).
 //
 // Not done yet (docs/cluster.md): a lookup continues on the next member only when the home
 // found nothing; Reclaim, Clear and GetStats are the local node's.
