@@ -151,6 +151,7 @@ int RunServe(ServeArgs& a) {
     co.lease_ttl_s = config->lease_ttl_s;
     co.node_id_file = NodeIdFile(*config);
     co.version = FLATCAKE_VERSION;
+    co.metrics = metrics.get();
     if (Status st = node->Join(daemon->get(), co); !st.ok()) {
       (*daemon)->Shutdown();
       return ReportStatus("serve", st.WithContext("joining cluster " + config->cluster));

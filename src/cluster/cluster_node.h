@@ -27,6 +27,7 @@
 #include "cluster/ucx_transport.h"
 #include "serve/cluster_view.h"
 #include "serve/daemon.h"
+#include "serve/metrics.h"
 #include "util/thread_annotations.h"
 
 namespace flatcake::cluster {
@@ -38,6 +39,7 @@ struct ClusterNodeOptions {
   int64_t lease_ttl_s = 10;
   std::string node_id_file;  // empty: the NodeID is not kept across restarts
   std::string version;
+  serve::DaemonMetrics* metrics = nullptr;  // the peer_* metrics; null: none; outlives the node
 };
 
 class ClusterNode {

@@ -13,6 +13,8 @@
 
 #include "cluster/cluster_store.h"
 #include "cluster/etcd_process.h"
+#include "serve/http_get.h"
+#include "serve/prom_text.h"
 #include "serve/remote_store.h"
 #include "testing/child_process.h"
 #include "testing/serve_client_options.h"
@@ -38,19 +40,27 @@ class ClusterProcessTest : public ::testing::Test {
 
   std::string Socket(int i) const { return dir_.File("n" + std::to_string(i) + ".sock"); }
 
-  std::unique_ptr<Child> StartNode(int i, uint64_t dram_bytes = 0) {
+  // DRAM of (8 + 8 i) MiB unless `dram_bytes` says otherwise (0: none).
+  static constexpr uint64_t kDefaultDram = ~uint64_t{0};
+  std::unique_ptr<Child> StartNode(int i, uint64_t dram_bytes = kDefaultDram,
+                                   uint16_t metrics_port = 0) {
     const std::string pool = dir_.File("pool" + std::to_string(i));
     std::filesystem::create_directories(pool);
+    const uint64_t dram = dram_bytes != kDefaultDram ? dram_bytes : uint64_t(8 + 8 * i) << 20;
     std::vector<std::string> argv = {FLATCAKE_BINARY,    "serve",
                                      "--socket",         Socket(i),
                                      "--ssd-dir",        pool,
                                      "--ssd-bytes",      std::to_string(64 << 20),
                                      "--ssd-file-bytes", std::to_string(64 << 20),
-                                     "--dram-bytes",     std::to_string((8 + 8 * i) << 20),
+                                     "--dram-bytes",     std::to_string(dram),
                                      "--etcd",           etcd_->client_url(),
                                      "--cluster",        "t",
                                      "--node-name",      "node" + std::to_string(i),
                                      "--lease-ttl",      "2"};
+    if (metrics_port != 0) {
+      argv.push_back("--metrics-addr");
+      argv.push_back("127.0.0.1:" + std::to_string(metrics_port));
+    }
     return std::make_unique<Child>(argv, dir_.File("n" + std::to_string(i) + ".log"));
   }
 
@@ -236,7 +246,9 @@ Restored RestoreSession(Store& s, const std::vector<Key>& keys) {
 TEST_F(ClusterProcessTest, SessionsAreRestoredByteExactThroughAnyNode) {
   std::vector<std::unique_ptr<Child>> nodes;
   nodes.push_back(StartNode(0));
-  nodes.push_back(StartNode(1, 0));  // no DRAM: its blocks are on SSD
+  auto metrics_port = FreeLoopbackPort();
+  ASSERT_TRUE(metrics_port.ok());
+  nodes.push_back(StartNode(1, 0, *metrics_port));  // no DRAM: its blocks are on SSD
   nodes.push_back(StartNode(2, 32 << 20));
   auto ids = WaitMembers({"node0", "node1", "node2"});
   ASSERT_EQ(ids.size(), 3u);
@@ -275,6 +287,21 @@ TEST_F(ClusterProcessTest, SessionsAreRestoredByteExactThroughAnyNode) {
   EXPECT_EQ(a.result.bytes_from_ssd, 48 * kLayout.block_bytes());
   EXPECT_EQ(a.wrong_bytes, 0u);
   EXPECT_EQ(a.layers, (std::vector<uint32_t>{0, 1, 2, 3}));
+  // Node 1's peer metrics name node 2's client: its put (through node 0), restore and layers.
+  auto scraped =
+      serve::HttpGet(serve::HostPort{"127.0.0.1", *metrics_port}, "/metrics", milliseconds(5000));
+  ASSERT_TRUE(scraped.ok()) << scraped.status().ToString();
+  auto prom = serve::PromText::Parse(scraped->body);
+  ASSERT_TRUE(prom.ok()) << prom.status().ToString();
+  const std::string from2 = std::to_string(ids["node2"]), from0 = std::to_string(ids["node0"]);
+  EXPECT_EQ(prom->Sum("flatcake_peer_requests_total", {{"peer", from2}, {"type", "restore"}}), 1);
+  EXPECT_EQ(prom->Sum("flatcake_peer_requests_total", {{"peer", from2}, {"type", "layer"}}),
+            kLayout.num_layers);
+  EXPECT_EQ(prom->Sum("flatcake_peer_bytes_total", {{"peer", from2}, {"direction", "sent"}}),
+            48.0 * kLayout.block_bytes());
+  EXPECT_EQ(prom->Sum("flatcake_peer_bytes_total", {{"peer", from0}, {"direction", "received"}}),
+            48.0 * kLayout.block_bytes());
+  EXPECT_EQ(prom->Sum("flatcake_peer_errors_total"), 0);
   // DRAM-resident blocks of node 2, read with UCX gets through node 1.
   Restored b = RestoreSession(*c1, dram_keys);
   EXPECT_EQ(b.result.leading_hits, 48u);

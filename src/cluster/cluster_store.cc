@@ -92,6 +92,7 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     auto peer = store_->PeerOf(node_);
     if (!peer.ok()) return FinishMissing(std::move(out));
     rpc::PeerRestore req;
+    req.set_from_node(store_->local_node_id());
     req.set_tenant(store_->local_->tenant());
     req.set_keys(serve::EncodeKeys(keys_));
     *req.mutable_layout() = serve::ToRpc(layout_);
@@ -361,9 +362,11 @@ Result<ClusterStore::Peer> ClusterStore::PeerOf(uint32_t node) {
     }
     p.address = address;
   }
+  rpc::PeerHello hello_req;
+  hello_req.set_from_node(local_node_id());
   FC_ASSIGN_OR_RETURN(
-      auto reply, ucx_->CallSync(p.address, kPeerHello, rpc::PeerHello().SerializeAsString(), {},
-                                 options_.timeout));
+      auto reply,
+      ucx_->CallSync(p.address, kPeerHello, hello_req.SerializeAsString(), {}, options_.timeout));
   rpc::PeerHelloReply hello;
   if (!hello.ParseFromString(reply.first))
     return Status::Corruption("a PeerHello that does not parse");
@@ -387,6 +390,7 @@ LookupResult ClusterStore::Lookup(std::span<const Key> keys) {
   auto peer = PeerOf(order[0]);
   if (!peer.ok()) return {};
   rpc::PeerLookup req;
+  req.set_from_node(local_node_id());
   req.set_tenant(local_->tenant());
   req.set_keys(serve::EncodeKeys(keys));
   auto reply =
@@ -402,6 +406,7 @@ Result<PutResult> ClusterStore::RemotePut(uint32_t node, std::span<const Key> ke
                                           const WriteHints& hints) {
   FC_ASSIGN_OR_RETURN(Peer peer, PeerOf(node));
   rpc::PeerPut req;
+  req.set_from_node(local_node_id());
   req.set_tenant(local_->tenant());
   req.set_keys(serve::EncodeKeys(keys));
   *req.mutable_layout() = serve::ToRpc(layout);
@@ -448,6 +453,7 @@ std::optional<uint32_t> ClusterStore::NodeHolding(const Key& key) {
     auto peer = PeerOf(node);
     if (!peer.ok()) continue;
     rpc::PeerLookup req;
+    req.set_from_node(self);
     req.set_tenant(local_->tenant());
     req.set_keys(serve::EncodeKeys(one));
     auto reply =

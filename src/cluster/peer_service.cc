@@ -54,6 +54,7 @@ struct PeerService::Restore {
   }
   uint64_t id = 0;
   uint64_t pin = 0;
+  uint32_t from_node = 0;  // the client's node, for the metrics
   KvLayout layout;
   std::vector<Key> ssd_keys;  // the stored keys of the SSD hits, in key order
   // Their slices, layer-major: [layer][hit][plane], so that a layer is one run to send.
@@ -106,10 +107,11 @@ UcxPayload PeerService::LayerBytes(const std::shared_ptr<Restore>& r, uint32_t l
 }
 
 PeerService::PeerService(FlatStore* store, UcxNode* ucx, uint32_t node_id,
-                         std::chrono::milliseconds restore_ttl)
+                         serve::DaemonMetrics* metrics, std::chrono::milliseconds restore_ttl)
     : store_(store),
       ucx_(ucx),
       node_id_(node_id),
+      metrics_(metrics),
       restore_ttl_(restore_ttl),
       owner_(0xFCC1'0000'0000'0000ull | node_id),
       staging_(std::make_shared<StagingPool>()) {}
@@ -123,8 +125,8 @@ Status PeerService::Start() {
     FC_ASSIGN_OR_RETURN(arena_, ucx_->Register(const_cast<uint8_t*>(base), arena_bytes_));
     arena_base_ = reinterpret_cast<uint64_t>(base);
   }
-  ucx_->SetHandler(kPeerHello, [this](std::string_view, std::string, std::string,
-                                      UcxNode::Responder r) { OnHello(std::move(r)); });
+  ucx_->SetHandler(kPeerHello, [this](std::string_view, std::string h, std::string,
+                                      UcxNode::Responder r) { OnHello(h, std::move(r)); });
   ucx_->SetHandler(kPeerLookup, [this](std::string_view, std::string h, std::string,
                                        UcxNode::Responder r) { OnLookup(h, std::move(r)); });
   ucx_->SetHandler(kPeerPut,
@@ -164,7 +166,20 @@ size_t PeerService::restores_in_flight() const {
   return restores_.size();
 }
 
-void PeerService::OnHello(UcxNode::Responder respond) {
+UcxNode::Responder PeerService::Counted(UcxNode::Responder respond, uint32_t peer,
+                                        serve::PeerRequestType type, uint64_t bytes_in) {
+  if (metrics_ == nullptr) return respond;
+  return [this, respond = std::move(respond), peer, type, bytes_in](Status st, std::string header,
+                                                                    UcxPayload data) {
+    metrics_->OnPeerRequest(peer, type, bytes_in, st.ok() ? data.size() : 0, !st.ok());
+    respond(std::move(st), std::move(header), std::move(data));
+  };
+}
+
+void PeerService::OnHello(const std::string& header, UcxNode::Responder respond) {
+  rpc::PeerHello req;
+  (void)req.ParseFromString(header);  // its only field is for the metrics
+  respond = Counted(std::move(respond), req.from_node(), serve::PeerRequestType::kHello, 0);
   rpc::PeerHelloReply reply;
   reply.set_node_id(node_id_);
   reply.set_arena_base(arena_base_);
@@ -175,6 +190,8 @@ void PeerService::OnHello(UcxNode::Responder respond) {
 
 void PeerService::OnLookup(const std::string& header, UcxNode::Responder respond) {
   auto req = Parse<rpc::PeerLookup>(header, "PeerLookup");
+  respond = Counted(std::move(respond), req.ok() ? req->from_node() : 0,
+                    serve::PeerRequestType::kLookup, 0);
   if (!req.ok()) return Fail(respond, req.status());
   auto tk = KeysOf(*req);
   if (!tk.ok()) return Fail(respond, tk.status());
@@ -183,6 +200,8 @@ void PeerService::OnLookup(const std::string& header, UcxNode::Responder respond
 
 void PeerService::OnPut(const std::string& header, std::string data, UcxNode::Responder respond) {
   auto req = Parse<rpc::PeerPut>(header, "PeerPut");
+  respond = Counted(std::move(respond), req.ok() ? req->from_node() : 0,
+                    serve::PeerRequestType::kPut, data.size());
   if (!req.ok()) return Fail(respond, req.status());
   auto tk = KeysOf(*req);
   if (!tk.ok()) return Fail(respond, tk.status());
@@ -210,6 +229,8 @@ void PeerService::OnPut(const std::string& header, std::string data, UcxNode::Re
 
 void PeerService::OnRestore(const std::string& header, UcxNode::Responder respond) {
   auto req = Parse<rpc::PeerRestore>(header, "PeerRestore");
+  respond = Counted(std::move(respond), req.ok() ? req->from_node() : 0,
+                    serve::PeerRequestType::kRestore, 0);
   if (!req.ok()) return Fail(respond, req.status());
   auto tk = KeysOf(*req);
   if (!tk.ok()) return Fail(respond, tk.status());
@@ -223,6 +244,7 @@ void PeerService::OnRestore(const std::string& header, UcxNode::Responder respon
   for (size_t i = 0; i < keys->size(); ++i) reply.add_blocks();
   auto r = std::make_shared<Restore>();
   r->pin = pin->id;
+  r->from_node = req->from_node();
   r->layout = layout;
   for (const PinnedHit& h : pin->hits) {
     rpc::BlockLocation* b = reply.mutable_blocks(static_cast<int>(h.key));
@@ -292,8 +314,16 @@ void PeerService::LayerLanded(const std::shared_ptr<Restore>& r, uint32_t layer)
   for (auto& respond : ready) respond(Status::OK(), {}, LayerBytes(r, layer));
 }
 
+uint32_t PeerService::FromNodeOf(uint64_t restore_id) const {
+  MutexLock lock(mu_);
+  auto it = restores_.find(restore_id);
+  return it == restores_.end() ? 0 : it->second->from_node;
+}
+
 void PeerService::OnLayer(const std::string& header, UcxNode::Responder respond) {
   auto req = Parse<rpc::PeerLayer>(header, "PeerLayer");
+  respond = Counted(std::move(respond), req.ok() ? FromNodeOf(req->restore_id()) : 0,
+                    serve::PeerRequestType::kLayer, 0);
   if (!req.ok()) return Fail(respond, req.status());
   std::shared_ptr<Restore> r;
   bool landed;
@@ -320,6 +350,8 @@ void PeerService::OnLayer(const std::string& header, UcxNode::Responder respond)
 
 void PeerService::OnRestoreEnd(const std::string& header, UcxNode::Responder respond) {
   auto req = Parse<rpc::PeerRestoreEnd>(header, "PeerRestoreEnd");
+  respond = Counted(std::move(respond), req.ok() ? FromNodeOf(req->restore_id()) : 0,
+                    serve::PeerRequestType::kRestoreEnd, 0);
   if (!req.ok()) return Fail(respond, req.status());
   std::shared_ptr<Restore> r;
   {

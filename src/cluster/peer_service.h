@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cluster/ucx_transport.h"
+#include "serve/metrics.h"
 #include "store/flat_store.h"
 #include "util/thread_annotations.h"
 
@@ -43,8 +44,10 @@ enum PeerRequest : uint32_t {
 
 class PeerService {
  public:
-  // `store` and `ucx` outlive the service.
+  // `store`, `ucx` and `metrics` (null: none; the peer_* metrics, docs/serve.md) outlive the
+  // service.
   PeerService(FlatStore* store, UcxNode* ucx, uint32_t node_id,
+              serve::DaemonMetrics* metrics = nullptr,
               std::chrono::milliseconds restore_ttl = std::chrono::seconds(30));
   // Stop().
   ~PeerService();
@@ -62,7 +65,12 @@ class PeerService {
  private:
   struct Restore;
   class StagingPool;
-  void OnHello(UcxNode::Responder respond);
+  // `respond`, counting the request in the metrics when it answers.
+  UcxNode::Responder Counted(UcxNode::Responder respond, uint32_t peer, serve::PeerRequestType type,
+                             uint64_t bytes_in);
+  // The client node of restore `restore_id` (0 when unknown).
+  uint32_t FromNodeOf(uint64_t restore_id) const EXCLUDES(mu_);
+  void OnHello(const std::string& header, UcxNode::Responder respond);
   void OnLookup(const std::string& header, UcxNode::Responder respond);
   void OnPut(const std::string& header, std::string data, UcxNode::Responder respond);
   void OnRestore(const std::string& header, UcxNode::Responder respond) EXCLUDES(mu_);
@@ -79,6 +87,7 @@ class PeerService {
   FlatStore* const store_;
   UcxNode* const ucx_;
   const uint32_t node_id_;
+  serve::DaemonMetrics* const metrics_;
   const std::chrono::milliseconds restore_ttl_;
   const uint64_t owner_;  // the lease owner of every pin the service takes
   UcxNode::Registration arena_;

@@ -173,6 +173,9 @@ struct DaemonMetrics::Impl {
   Gauge* recovery_read_bytes = nullptr;
   Gauge* recovery_seconds = nullptr;
   Family<Gauge>* clients = nullptr;
+  Family<Counter>* peer_requests = nullptr;
+  Family<Counter>* peer_bytes = nullptr;
+  Family<Counter>* peer_errors = nullptr;
 
   std::map<std::string, std::string, std::less<>> tenant_labels GUARDED_BY(mu);
   TenantGauge tenant_used GUARDED_BY(mu);
@@ -256,6 +259,12 @@ struct DaemonMetrics::Impl {
     connections =
         &CounterFamily(r, metric::kConnections, "Client connections accepted (Hello).").Add({});
     clients = &GaugeFamily(r, metric::kClients, "Clients connected now, by tenant.");
+    peer_requests = &CounterFamily(r, metric::kPeerRequests,
+                                   "Requests of other nodes' clients, by their node and type.");
+    peer_bytes = &CounterFamily(r, metric::kPeerBytes,
+                                "Bytes to and from other nodes' clients, by their node.");
+    peer_errors = &CounterFamily(r, metric::kPeerErrors,
+                                 "Requests of other nodes' clients that failed, by their node.");
     tenant_used.family =
         &GaugeFamily(r, metric::kTenantUsedBytes, "Bytes a tenant holds on a medium.");
     tenant_used.sum_overflow = true;
@@ -391,6 +400,24 @@ void DaemonMetrics::OnRequest(RequestType type) {
 void DaemonMetrics::OnProtocolError(ProtocolError reason) {
   const auto r = static_cast<size_t>(reason);
   if (r < kProtocolErrorNames.size()) impl_->protocol_errors[r]->Increment();
+}
+
+void DaemonMetrics::OnPeerRequest(uint32_t peer, PeerRequestType type, uint64_t bytes_in,
+                                  uint64_t bytes_out, bool failed) {
+  Impl& m = *impl_;
+  const std::string node = std::to_string(peer);  // NodeIDs are at most 4095: bounded labels
+  const auto t = std::min(static_cast<size_t>(type), kPeerRequestTypeNames.size() - 1);
+  MutexLock lock(m.mu);
+  m.peer_requests->Add({{"peer", node}, {"type", Str(kPeerRequestTypeNames[t])}}).Increment();
+  if (bytes_in > 0) {
+    m.peer_bytes->Add({{"peer", node}, {"direction", "received"}})
+        .Increment(static_cast<double>(bytes_in));
+  }
+  if (bytes_out > 0) {
+    m.peer_bytes->Add({{"peer", node}, {"direction", "sent"}})
+        .Increment(static_cast<double>(bytes_out));
+  }
+  if (failed) m.peer_errors->Add({{"peer", node}}).Increment();
 }
 
 void DaemonMetrics::OnPinRead(uint64_t dram_hits, uint64_t ssd_hits, uint64_t misses) {

@@ -76,7 +76,16 @@ inline constexpr std::string_view kRecoveredBlocks = "flatcake_recovered_blocks"
 inline constexpr std::string_view kRecoveredSegments = "flatcake_recovered_segments";
 inline constexpr std::string_view kRecoveredBytes = "flatcake_recovered_bytes";
 inline constexpr std::string_view kRecoverySeconds = "flatcake_recovery_seconds";
+inline constexpr std::string_view kPeerRequests = "flatcake_peer_requests_total";
+inline constexpr std::string_view kPeerBytes = "flatcake_peer_bytes_total";
+inline constexpr std::string_view kPeerErrors = "flatcake_peer_errors_total";
 }  // namespace metric
+
+// The requests other nodes' clients make of this daemon over the cluster's data path
+// (cluster/peer_service.h), for the peer_* metrics' `type` label.
+enum class PeerRequestType : uint8_t { kHello, kLookup, kPut, kRestore, kLayer, kRestoreEnd };
+inline constexpr std::array<std::string_view, 6> kPeerRequestTypeNames = {
+    "hello", "lookup", "put", "restore", "layer", "restore_end"};
 
 class DaemonMetrics {
  public:
@@ -137,6 +146,10 @@ class DaemonMetrics {
   // Bytes `tenant` holds on `medium` now, and its quota there (0: none).
   void SetTenantUsage(std::string_view tenant, MediaType medium, uint64_t used_bytes);
   void SetTenantQuota(std::string_view tenant, MediaType medium, uint64_t quota_bytes);
+  // A request of another node's client (`peer`: the NodeID it said it is on; 0: not said),
+  // the bytes it carried in and its reply's out, and whether it failed.
+  void OnPeerRequest(uint32_t peer, PeerRequestType type, uint64_t bytes_in, uint64_t bytes_out,
+                     bool failed);
 
  private:
   struct Impl;

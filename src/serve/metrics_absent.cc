@@ -39,5 +39,6 @@ void DaemonMetrics::ObserveQueueWait(double) {}
 void DaemonMetrics::SetRestoreQueue(uint64_t, uint64_t) {}
 void DaemonMetrics::SetTenantUsage(std::string_view, MediaType, uint64_t) {}
 void DaemonMetrics::SetTenantQuota(std::string_view, MediaType, uint64_t) {}
+void DaemonMetrics::OnPeerRequest(uint32_t, PeerRequestType, uint64_t, uint64_t, bool) {}
 
 }  // namespace flatcake::serve

@@ -163,6 +163,23 @@ TEST_F(DaemonMetricsTest, EventsBecomeCountersByTheirLabels) {
   EXPECT_NE(metrics_->Render().find("flatcake_hits_total{medium=\"ssd\"} 2"), std::string::npos);
 }
 
+TEST_F(DaemonMetricsTest, PeerRequestsAreCountedByNodeTypeAndDirection) {
+  metrics_->OnPeerRequest(2, PeerRequestType::kPut, 4096, 0, false);
+  metrics_->OnPeerRequest(2, PeerRequestType::kLayer, 0, 1000, false);
+  metrics_->OnPeerRequest(2, PeerRequestType::kLayer, 0, 24, false);
+  metrics_->OnPeerRequest(7, PeerRequestType::kRestore, 0, 0, true);
+  const auto t = PromText::Parse(metrics_->Render());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->Sum("flatcake_peer_requests_total", {{"peer", "2"}, {"type", "put"}}), 1);
+  EXPECT_EQ(t->Sum("flatcake_peer_requests_total", {{"peer", "2"}, {"type", "layer"}}), 2);
+  EXPECT_EQ(t->Sum("flatcake_peer_requests_total", {{"peer", "7"}, {"type", "restore"}}), 1);
+  EXPECT_EQ(t->Sum("flatcake_peer_bytes_total", {{"peer", "2"}, {"direction", "received"}}),
+            4096);
+  EXPECT_EQ(t->Sum("flatcake_peer_bytes_total", {{"peer", "2"}, {"direction", "sent"}}), 1024);
+  EXPECT_EQ(t->Sum("flatcake_peer_errors_total", {{"peer", "7"}}), 1);
+  EXPECT_EQ(t->Sum("flatcake_peer_errors_total", {{"peer", "2"}}), 0);
+}
+
 TEST_F(DaemonMetricsTest, LatencyHistogramsHaveTheirBuckets) {
   metrics_->ObserveRestore(MediaType::kDram, 0.0002);
   metrics_->ObserveRestore(MediaType::kDram, 0.0002);
@@ -376,7 +393,9 @@ TEST(DaemonMetricsDocs, ServeMdNamesEveryMetric) {
   }
   auto metrics = DaemonMetrics::Create("");
   ASSERT_TRUE(metrics.ok());
-  // Families without a series are not served: give the per-tenant ones one.
+  // Families without a series are not served: give the per-tenant and per-peer ones one.
+  (*metrics)->OnPeerRequest(3, PeerRequestType::kPut, 10, 0, true);
+  (*metrics)->OnPeerRequest(3, PeerRequestType::kLayer, 0, 10, false);
   (*metrics)->OnClientConnected("t");
   (*metrics)->SetTenantUsage("t", MediaType::kDram, 1);
   (*metrics)->SetTenantQuota("t", MediaType::kDram, 1);
