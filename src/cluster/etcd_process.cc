@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -99,6 +100,8 @@ Status EtcdProcess::Launch(std::chrono::milliseconds timeout) {
   const pid_t pid = ::fork();
   if (pid < 0) return Status::FromErrno(errno, "fork");
   if (pid == 0) {
+    // Dies with its owner: a test or bench killed before its destructor leaves no etcd behind.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);

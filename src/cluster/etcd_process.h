@@ -1,7 +1,8 @@
 // EtcdProcess: a private one-member etcd on loopback, for the tests and `flatcake bench cluster`:
 // Debian's etcd binary started on free 127.0.0.1 ports with a temporary data directory, stopped
-// (SIGTERM, then SIGKILL) and its directory removed on destruction. Stop and Restart keep the
-// data directory and ports, as an etcd outage and recovery would.
+// (SIGTERM, then SIGKILL) and its directory removed on destruction, and killed by the kernel
+// when the thread that started it exits (PR_SET_PDEATHSIG), so a killed owner leaves none behind.
+// Stop and Restart keep the data directory and ports, as an etcd outage and recovery would.
 //
 // Not thread-safe; one owner.
 #pragma once

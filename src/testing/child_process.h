@@ -1,11 +1,13 @@
 // Child: a child process of a test (fork and exec), its stdout read line by line, its stderr
-// appended to a file; killed (SIGKILL) and reaped on destruction. Used by the tests that run the
+// appended to a file; killed (SIGKILL) and reaped on destruction, and by the kernel when the
+// forking thread exits (PR_SET_PDEATHSIG). Used by the tests that run the
 // real `flatcake` binary (serve_process_test, cluster_process_test). Test-only; one owner.
 #pragma once
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,7 +31,8 @@ class Child {
     args.push_back(nullptr);
     const int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     pid_ = ::fork();
-    if (pid_ == 0) {  // only async-signal-safe calls until exec
+    if (pid_ == 0) {                       // only async-signal-safe calls until exec
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a test killed leaves no daemon behind
       ::dup2(out[1], STDOUT_FILENO);
       if (err >= 0) ::dup2(err, STDERR_FILENO);
       ::execv(args[0], args.data());
