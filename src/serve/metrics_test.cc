@@ -173,8 +173,7 @@ TEST_F(DaemonMetricsTest, PeerRequestsAreCountedByNodeTypeAndDirection) {
   EXPECT_EQ(t->Sum("flatcake_peer_requests_total", {{"peer", "2"}, {"type", "put"}}), 1);
   EXPECT_EQ(t->Sum("flatcake_peer_requests_total", {{"peer", "2"}, {"type", "layer"}}), 2);
   EXPECT_EQ(t->Sum("flatcake_peer_requests_total", {{"peer", "7"}, {"type", "restore"}}), 1);
-  EXPECT_EQ(t->Sum("flatcake_peer_bytes_total", {{"peer", "2"}, {"direction", "received"}}),
-            4096);
+  EXPECT_EQ(t->Sum("flatcake_peer_bytes_total", {{"peer", "2"}, {"direction", "received"}}), 4096);
   EXPECT_EQ(t->Sum("flatcake_peer_bytes_total", {{"peer", "2"}, {"direction", "sent"}}), 1024);
   EXPECT_EQ(t->Sum("flatcake_peer_errors_total", {{"peer", "7"}}), 1);
   EXPECT_EQ(t->Sum("flatcake_peer_errors_total", {{"peer", "2"}}), 0);
