@@ -14,8 +14,13 @@ function(flatcake_test name library)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
-  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT}
-    ENVIRONMENT "FLATCAKE_SHARED_DIR=${PROJECT_SOURCE_DIR}/../shared")
+  set(test_env "FLATCAKE_SHARED_DIR=${PROJECT_SOURCE_DIR}/../shared")
+  if(FLATCAKE_SANITIZE MATCHES "thread")
+    # UCX's memory hooks (libucm patches mmap and madvise at load) crash under ThreadSanitizer's
+    # interceptors, in every test binary that links UCX, used or not.
+    list(APPEND test_env "UCX_MEM_MMAP_HOOK_MODE=none")
+  endif()
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "${test_env}")
   if(ARG_LABELS)
     set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
   endif()
