@@ -62,6 +62,11 @@ uint64_t PointersPerBlock(BufferKind kind, const KvLayout& layout);
 // Address of the slice (block b, layer l, plane p). REQUIRES: buffers validated.
 uint8_t* SliceAddress(const BlockBuffers& buffers, const KvLayout& layout, uint64_t b, uint32_t l,
                       uint32_t p);
+// Copies block b's slices from `buffers` to `dst` ([layer][plane] order, block_bytes() long),
+// and from such a contiguous block `src` into `buffers`. REQUIRES: buffers validated.
+void GatherBlock(const BlockBuffers& buffers, const KvLayout& layout, uint64_t b, uint8_t* dst);
+void ScatterBlock(const uint8_t* src, const KvLayout& layout, const BlockBuffers& buffers,
+                  uint64_t b);
 // Checks the pointer count and that no pointer is null.
 Status ValidateBuffers(const BlockBuffers& buffers, const KvLayout& layout, uint64_t num_blocks);
 

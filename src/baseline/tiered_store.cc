@@ -11,25 +11,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A block is stored as one page-contiguous object: its slices in [layer][plane] order.
-void CopyBlockIn(const BlockBuffers& src, const KvLayout& layout, uint64_t b, uint8_t* obj) {
-  uint64_t pos = 0;
-  for (uint32_t l = 0; l < layout.num_layers; ++l) {
-    for (uint32_t p = 0; p < layout.num_planes; ++p) {
-      std::memcpy(obj + pos, SliceAddress(src, layout, b, l, p), layout.slice_bytes);
-      pos += layout.slice_bytes;
-    }
-  }
-}
-void CopyBlockOut(const uint8_t* obj, const KvLayout& layout, const BlockBuffers& dst, uint64_t b) {
-  uint64_t pos = 0;
-  for (uint32_t l = 0; l < layout.num_layers; ++l) {
-    for (uint32_t p = 0; p < layout.num_planes; ++p) {
-      std::memcpy(SliceAddress(dst, layout, b, l, p), obj + pos, layout.slice_bytes);
-      pos += layout.slice_bytes;
-    }
-  }
-}
+// A block is stored as one page-contiguous object: its slices in [layer][plane] order
+// (GatherBlock and ScatterBlock, flatcake/layout.h, copy it in and out).
 
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -200,7 +183,7 @@ Status TieredStore::Put(std::span<const Key> keys, const KvLayout& layout, const
     if (admission == PutAdmission::kPresent) continue;
     auto off = AllocateDram(obj_bytes);
     // The object is invisible (writing) and its range is ours: copy without the lock.
-    if (off.ok()) CopyBlockIn(src, layout, b, dram_->base() + *off);
+    if (off.ok()) GatherBlock(src, layout, b, dram_->base() + *off);
     {
       MutexLock lock(mu_);
       dir_->FinishPut(keys[b], admission, off.ok() ? std::optional<uint64_t>(*off) : std::nullopt);
@@ -283,7 +266,7 @@ void TieredStore::DeliverDramHits(std::span<const Key> keys, const KvLayout& lay
                                   const BlockBuffers& dst, const TieredHits& hits,
                                   TieredGetResult* r) {
   for (size_t h = 0; h < hits.dram.size(); ++h) {
-    CopyBlockOut(dram_->base() + hits.dram_offs[h], layout, dst, hits.dram[h]);
+    ScatterBlock(dram_->base() + hits.dram_offs[h], layout, dst, hits.dram[h]);
     r->found[hits.dram[h]] = 1;
   }
   {
@@ -332,7 +315,7 @@ Status TieredStore::DeliverSsdHits(std::span<const Key> keys, const KvLayout& la
     if (st.ok()) {
       for (size_t s = 0; s < landed; ++s) {
         const uint32_t ki = plan.slices[s].layer;
-        CopyBlockOut(stage + s * obj_bytes, layout, dst, ki);
+        ScatterBlock(stage + s * obj_bytes, layout, dst, ki);
         r->found[ki] = 1;
         r->ssd_hits++;
       }

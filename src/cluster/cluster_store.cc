@@ -1,7 +1,6 @@
 #include "cluster/cluster_store.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
 #include <thread>
 
@@ -90,7 +89,7 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     out.found.assign(keys_.size(), 0);
     if (cancelled_.load()) return Finish(Status::Aborted("restore cancelled"));
     auto peer = store_->PeerOf(node_);
-    if (!peer.ok()) return FinishMissing(std::move(out));
+    if (!peer.ok()) return Finish(std::move(out));  // every block a miss
     rpc::PeerRestore req;
     req.set_from_node(store_->local_node_id());
     req.set_tenant(store_->local_->tenant());
@@ -106,7 +105,7 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
       if (!reply.ok() && reply.status().code() == StatusCode::kInvalidArgument) {
         return Finish(reply.status());
       }
-      return FinishMissing(std::move(out));
+      return Finish(std::move(out));  // every block a miss
     }
     // DRAM hits: one-sided gets from the home's arena into the caller's slices.
     std::vector<UcxNode::GetPiece> pieces;
@@ -151,7 +150,7 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
         }
       }
     }
-    if (!st.ok()) return FinishMissing(std::move(out));  // the home died or timed out: misses
+    if (!st.ok()) return Finish(std::move(out));  // the home died or timed out: all misses
     // Verify every block here: what crossed the network is what was stored.
     size_t next_ssd = 0;
     for (uint32_t i = 0; i < keys_.size(); ++i) {
@@ -268,8 +267,6 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     }
   }
 
-  void FinishMissing(GetResult out) { Finish(std::move(out)); }
-
   ClusterStore* const store_;
   const uint32_t node_;
   const std::vector<Key> keys_;
@@ -357,7 +354,7 @@ Result<ClusterStore::Peer> ClusterStore::PeerOf(uint32_t node) {
       if (m.node_id == node) address = m.data_address;
     }
     if (address.empty()) return Status::NotFound("node " + std::to_string(node) + " is no member");
-    if (known != peers_.end() && known->second.hello && known->second.address == address) {
+    if (known != peers_.end() && known->second.address == address) {
       return known->second;
     }
     p.address = address;
@@ -368,16 +365,15 @@ Result<ClusterStore::Peer> ClusterStore::PeerOf(uint32_t node) {
       auto reply,
       ucx_->CallSync(p.address, kPeerHello, hello_req.SerializeAsString(), {}, options_.timeout));
   rpc::PeerHelloReply hello;
-  if (!hello.ParseFromString(reply.first))
+  if (!hello.ParseFromString(reply.first)) {
     return Status::Corruption("a PeerHello that does not parse");
+  }
   if (hello.node_id() != node) {
     return Status::IOError("node " + std::to_string(node) + "'s address answers as node " +
                            std::to_string(hello.node_id()));
   }
   p.arena_base = hello.arena_base();
-  p.arena_bytes = hello.arena_bytes();
   p.arena_rkey = hello.arena_rkey();
-  p.hello = true;
   MutexLock lock(mu_);
   peers_[node] = p;
   return p;
@@ -387,7 +383,11 @@ LookupResult ClusterStore::Lookup(std::span<const Key> keys) {
   if (keys.empty()) return local_->Lookup(keys);
   const std::vector<uint32_t> order = Placement(keys[0]);
   if (order.empty() || order[0] == local_node_id()) return local_->Lookup(keys);
-  auto peer = PeerOf(order[0]);
+  return RemoteLookup(order[0], keys);
+}
+
+LookupResult ClusterStore::RemoteLookup(uint32_t node, std::span<const Key> keys) {
+  auto peer = PeerOf(node);
   if (!peer.ok()) return {};
   rpc::PeerLookup req;
   req.set_from_node(local_node_id());
@@ -396,7 +396,7 @@ LookupResult ClusterStore::Lookup(std::span<const Key> keys) {
   auto reply =
       ucx_->CallSync(peer->address, kPeerLookup, req.SerializeAsString(), {}, options_.timeout);
   rpc::LookupReply r;
-  if (!reply.ok() || !r.ParseFromString(reply->first)) return {};  // the home away: misses
+  if (!reply.ok() || !r.ParseFromString(reply->first)) return {};  // the member away: misses
   auto out = serve::FromRpc(r);
   return out.ok() ? *out : LookupResult{};
 }
@@ -413,20 +413,15 @@ Result<PutResult> ClusterStore::RemotePut(uint32_t node, std::span<const Key> ke
   *req.mutable_hints() = serve::ToRpc(hints);
   // The blocks, each contiguous [layer][plane], whatever the caller's buffers look like.
   std::string data(keys.size() * layout.block_bytes(), '\0');
-  char* at = data.data();
   for (uint64_t b = 0; b < keys.size(); ++b) {
-    for (uint32_t l = 0; l < layout.num_layers; ++l) {
-      for (uint32_t p = 0; p < layout.num_planes; ++p) {
-        std::memcpy(at, SliceAddress(src, layout, b, l, p), layout.slice_bytes);
-        at += layout.slice_bytes;
-      }
-    }
+    GatherBlock(src, layout, b, reinterpret_cast<uint8_t*>(data.data()) + b * layout.block_bytes());
   }
   FC_ASSIGN_OR_RETURN(auto reply, ucx_->CallSync(peer.address, kPeerPut, req.SerializeAsString(),
                                                  std::move(data), options_.timeout));
   rpc::PeerPutReply r;
-  if (!r.ParseFromString(reply.first))
+  if (!r.ParseFromString(reply.first)) {
     return Status::Corruption("a PeerPut reply that does not parse");
+  }
   PutResult out;
   out.written = r.written();
   out.already_present = r.present();
@@ -450,16 +445,7 @@ std::optional<uint32_t> ClusterStore::NodeHolding(const Key& key) {
     }
   }
   for (uint32_t node : others) {
-    auto peer = PeerOf(node);
-    if (!peer.ok()) continue;
-    rpc::PeerLookup req;
-    req.set_from_node(self);
-    req.set_tenant(local_->tenant());
-    req.set_keys(serve::EncodeKeys(one));
-    auto reply =
-        ucx_->CallSync(peer->address, kPeerLookup, req.SerializeAsString(), {}, options_.timeout);
-    rpc::LookupReply r;
-    if (reply.ok() && r.ParseFromString(reply->first) && r.leading_hits() == 1) return node;
+    if (RemoteLookup(node, one).leading_hits == 1) return node;
   }
   return std::nullopt;
 }

@@ -79,9 +79,8 @@ class ClusterStore final : public Store {
  private:
   struct Peer {
     std::string address;
-    uint64_t arena_base = 0, arena_bytes = 0;
+    uint64_t arena_base = 0;  // 0: the member has no DRAM arena
     std::string arena_rkey;
-    bool hello = false;
   };
   ClusterStore(std::unique_ptr<serve::RemoteStore> local, ClusterClientOptions options);
   void RefreshView() EXCLUDES(mu_);
@@ -91,6 +90,8 @@ class ClusterStore final : public Store {
   // where it put it, else a lookup at this node, then at each other member. nullopt: none.
   std::optional<uint32_t> NodeHolding(const Key& key) EXCLUDES(mu_);
   void RememberTail(const Key& tail, uint32_t node) EXCLUDES(mu_);
+  // A PeerLookup at member `node`: no hit when it cannot be reached.
+  LookupResult RemoteLookup(uint32_t node, std::span<const Key> keys) EXCLUDES(mu_);
   Result<PutResult> RemotePut(uint32_t node, std::span<const Key> keys, const KvLayout& layout,
                               const BlockBuffers& src, const WriteHints& hints);
 

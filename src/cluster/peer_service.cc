@@ -125,22 +125,24 @@ Status PeerService::Start() {
     FC_ASSIGN_OR_RETURN(arena_, ucx_->Register(const_cast<uint8_t*>(base), arena_bytes_));
     arena_base_ = reinterpret_cast<uint64_t>(base);
   }
-  ucx_->SetHandler(kPeerHello, [this](std::string_view, std::string h, std::string,
-                                      UcxNode::Responder r) { OnHello(h, std::move(r)); });
-  ucx_->SetHandler(kPeerLookup, [this](std::string_view, std::string h, std::string,
-                                       UcxNode::Responder r) { OnLookup(h, std::move(r)); });
-  ucx_->SetHandler(kPeerPut,
-                   [this](std::string_view, std::string h, std::string d, UcxNode::Responder r) {
-                     OnPut(h, std::move(d), std::move(r));
-                   });
-  ucx_->SetHandler(kPeerRestore, [this](std::string_view, std::string h, std::string,
-                                        UcxNode::Responder r) { OnRestore(h, std::move(r)); });
-  ucx_->SetHandler(kPeerLayer, [this](std::string_view, std::string h, std::string,
-                                      UcxNode::Responder r) { OnLayer(h, std::move(r)); });
-  ucx_->SetHandler(kPeerRestoreEnd,
-                   [this](std::string_view, std::string h, std::string, UcxNode::Responder r) {
-                     OnRestoreEnd(h, std::move(r));
-                   });
+  ucx_->SetHandler(kPeerHello, [this](std::string h, std::string, UcxNode::Responder r) {
+    OnHello(h, std::move(r));
+  });
+  ucx_->SetHandler(kPeerLookup, [this](std::string h, std::string, UcxNode::Responder r) {
+    OnLookup(h, std::move(r));
+  });
+  ucx_->SetHandler(kPeerPut, [this](std::string h, std::string d, UcxNode::Responder r) {
+    OnPut(h, std::move(d), std::move(r));
+  });
+  ucx_->SetHandler(kPeerRestore, [this](std::string h, std::string, UcxNode::Responder r) {
+    OnRestore(h, std::move(r));
+  });
+  ucx_->SetHandler(kPeerLayer, [this](std::string h, std::string, UcxNode::Responder r) {
+    OnLayer(h, std::move(r));
+  });
+  ucx_->SetHandler(kPeerRestoreEnd, [this](std::string h, std::string, UcxNode::Responder r) {
+    OnRestoreEnd(h, std::move(r));
+  });
   sweeper_ = std::thread([this] { SweepLoop(); });
   started_ = true;
   return Status::OK();

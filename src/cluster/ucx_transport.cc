@@ -514,7 +514,7 @@ class UcxNode::Impl {
         respond(Status::Unsupported("no handler for request " + std::to_string(id)), {}, {});
         return;
       }
-      h("", header.substr(12), std::move(data), std::move(respond));
+      h(header.substr(12), std::move(data), std::move(respond));
       return;
     }
     // call id, the length of the error (a serialized rpc::Error; 0 when the call succeeded), it.

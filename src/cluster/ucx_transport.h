@@ -48,8 +48,7 @@ class UcxNode {
  public:
   // Answers a request: header and data of the reply, or an error status sent back instead.
   using Responder = std::function<void(Status status, std::string header, UcxPayload data)>;
-  using Handler = std::function<void(std::string_view peer, std::string header, std::string data,
-                                     Responder respond)>;
+  using Handler = std::function<void(std::string header, std::string data, Responder respond)>;
   using ReplyCallback = std::function<void(Status status, std::string header, std::string data)>;
 
   // A context and worker with active messages, RMA and wakeup, and the progress thread. IOError

@@ -31,11 +31,11 @@ TEST(UcxTransport, CallsGetRepliesSmallAndLargeAndErrorsAsSent) {
   ASSERT_TRUE(a && b);
   EXPECT_FALSE(b->address().empty());
   // Echo: the reply carries the request's header reversed and its data.
-  b->SetHandler(7, [](std::string_view, std::string h, std::string d, UcxNode::Responder r) {
+  b->SetHandler(7, [](std::string h, std::string d, UcxNode::Responder r) {
     std::reverse(h.begin(), h.end());
     r(Status::OK(), std::move(h), std::move(d));
   });
-  b->SetHandler(8, [](std::string_view, std::string, std::string, UcxNode::Responder r) {
+  b->SetHandler(8, [](std::string, std::string, UcxNode::Responder r) {
     r(Status::NoSpace("pool full"), {}, {});
   });
   auto small = a->CallSync(b->address(), 7, "abc", "payload", milliseconds(5000));
@@ -64,7 +64,7 @@ TEST(UcxTransport, CallsGetRepliesSmallAndLargeAndErrorsAsSent) {
 TEST(UcxTransport, ManyConcurrentCallsEachGetTheirOwnReply) {
   auto a = NewNode(), b = NewNode();
   ASSERT_TRUE(a && b);
-  b->SetHandler(1, [](std::string_view, std::string h, std::string d, UcxNode::Responder r) {
+  b->SetHandler(1, [](std::string h, std::string d, UcxNode::Responder r) {
     // Answered from another thread, later.
     std::thread([h = std::move(h), d = std::move(d), r = std::move(r)]() mutable {
       r(Status::OK(), std::move(h), std::move(d));
@@ -123,7 +123,7 @@ TEST(UcxTransport, APeerThatGoesAwayFailsCallsWithinTheirTimeout) {
     auto b = NewNode();
     ASSERT_TRUE(b);
     addr = b->address();
-    b->SetHandler(1, [](std::string_view, std::string, std::string, UcxNode::Responder) {
+    b->SetHandler(1, [](std::string, std::string, UcxNode::Responder) {
       // never answers
     });
     const auto t0 = std::chrono::steady_clock::now();

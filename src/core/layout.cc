@@ -1,5 +1,6 @@
 #include "flatcake/layout.h"
 
+#include <cstring>
 #include <string>
 
 namespace flatcake {
@@ -48,6 +49,25 @@ uint8_t* SliceAddress(const BlockBuffers& buffers, const KvLayout& layout, uint6
           buffers.ptrs[(b * layout.num_layers + l) * layout.num_planes + p]);
   }
   return nullptr;
+}
+
+void GatherBlock(const BlockBuffers& buffers, const KvLayout& layout, uint64_t b, uint8_t* dst) {
+  for (uint32_t l = 0; l < layout.num_layers; ++l) {
+    for (uint32_t p = 0; p < layout.num_planes; ++p) {
+      std::memcpy(dst, SliceAddress(buffers, layout, b, l, p), layout.slice_bytes);
+      dst += layout.slice_bytes;
+    }
+  }
+}
+
+void ScatterBlock(const uint8_t* src, const KvLayout& layout, const BlockBuffers& buffers,
+                  uint64_t b) {
+  for (uint32_t l = 0; l < layout.num_layers; ++l) {
+    for (uint32_t p = 0; p < layout.num_planes; ++p) {
+      std::memcpy(SliceAddress(buffers, layout, b, l, p), src, layout.slice_bytes);
+      src += layout.slice_bytes;
+    }
+  }
 }
 
 Status ValidateBuffers(const BlockBuffers& buffers, const KvLayout& layout, uint64_t num_blocks) {
