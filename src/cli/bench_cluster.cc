@@ -61,12 +61,6 @@ struct ClusterBenchArgs {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-double Pct(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
-}
-
 class ClusterBench {
  public:
   explicit ClusterBench(const ClusterBenchArgs& a)
@@ -90,6 +84,26 @@ class ClusterBench {
   Result<double> TimedRestore(Store& s, const std::vector<Key>& keys, double* first_layer_s);
   // `count` UCX gets of `size` bytes from B's arena into dst_, timed.
   Result<double> TimedRawGets(uint64_t count, uint64_t size);
+
+  // The run's figures (GB/s, microseconds, seconds).
+  struct Figures {
+    uint64_t session_bytes = 0;
+    double remote_dram_gbps = 0, ucx_dram_gbps = 0, remote_ssd_gbps = 0, ucx_ssd_gbps = 0;
+    double local_ssd_gbps = 0;
+    size_t lookup_keys = 0;
+    double lookup_p50_us = 0, lookup_p99_us = 0;
+    double pd_bytes = 0, pd_write_s = 0, pd_first_s = 0, pd_total_s = 0;
+  };
+  // Remote DRAM and SSD restores against UCX gets of the same sizes, alternating which goes
+  // first; medians.
+  Status MeasureRestores(const std::vector<Key>& dram_keys, const std::vector<Key>& ssd_keys,
+                         Figures* f);
+  void MeasureLookups(const std::vector<Key>& keys, Figures* f);
+  // A session written through A (its home), restored through B.
+  Status MeasurePrefillDecode(Figures* f);
+  // The table, and with --json the JSON line.
+  void Report(const Figures& f) const;
+  void Shutdown();
 
   const ClusterBenchArgs a_;
   const KvLayout layout_;
@@ -251,127 +265,157 @@ Status ClusterBench::Setup() {
   return Status::OK();
 }
 
-int ClusterBench::Main() {
-  serve::SetLogLevel(serve::LogLevel::kWarning);
-  if (Status st = Setup(); !st.ok()) return ReportStatus("bench cluster", st);
-  const uint64_t bb = layout_.block_bytes();
-  const uint64_t blocks = std::max<uint64_t>(64, (a_.bytes + bb - 1) / bb);
-  const uint32_t b = b_node_.cluster->node_id(), a = a_node_.cluster->node_id();
-  const std::string dram_session = HomedAt(*client_a_, b, "dram-");
-  const std::string ssd_session = HomedAt(*client_a_, b, "ssd-");
-  const std::vector<Key> dram_keys = Keys(dram_session, blocks),
-                         ssd_keys = Keys(ssd_session, blocks);
-  if (Status st = Write(*client_a_, dram_keys, dram_session, MediaType::kDram); !st.ok()) {
-    return ReportStatus("bench cluster", st.WithContext("writing the DRAM session"));
-  }
-  if (Status st = Write(*client_a_, ssd_keys, ssd_session, MediaType::kSsd); !st.ok()) {
-    return ReportStatus("bench cluster", st.WithContext("writing the SSD session"));
-  }
-  const uint64_t session = blocks * bb;
+Status ClusterBench::MeasureRestores(const std::vector<Key>& dram_keys,
+                                     const std::vector<Key>& ssd_keys, Figures* f) {
+  const uint64_t per_block_slices = uint64_t{layout_.num_layers} * layout_.num_planes;
+  const uint64_t blocks = dram_keys.size();
+  const double gb = static_cast<double>(f->session_bytes) / 1e9;
   std::vector<double> fc_dram, raw_dram, fc_ssd, raw_ssd, local_ssd;
   for (uint32_t rep = 0; rep < a_.reps; ++rep) {
     const bool raw_first = rep % 2 == 1;
     for (int side = 0; side < 2; ++side) {
       if ((side == 0) != raw_first) {
-        auto t = TimedRestore(*client_a_, dram_keys, nullptr);
-        if (!t.ok()) return ReportStatus("bench cluster", t.status());
-        fc_dram.push_back(session / *t / 1e9);
-        auto s = TimedRestore(*client_a_, ssd_keys, nullptr);
-        if (!s.ok()) return ReportStatus("bench cluster", s.status());
-        fc_ssd.push_back(session / *s / 1e9);
+        FC_ASSIGN_OR_RETURN(const double d, TimedRestore(*client_a_, dram_keys, nullptr));
+        fc_dram.push_back(gb / d);
+        FC_ASSIGN_OR_RETURN(const double s, TimedRestore(*client_a_, ssd_keys, nullptr));
+        fc_ssd.push_back(gb / s);
       } else {
-        auto t =
-            TimedRawGets(blocks * layout_.num_layers * layout_.num_planes, layout_.slice_bytes);
-        if (!t.ok()) return ReportStatus("bench cluster", t.status());
-        raw_dram.push_back(session / *t / 1e9);
-        auto s =
-            TimedRawGets(layout_.num_layers, blocks * layout_.num_planes * layout_.slice_bytes);
-        if (!s.ok()) return ReportStatus("bench cluster", s.status());
-        raw_ssd.push_back(session / *s / 1e9);
+        FC_ASSIGN_OR_RETURN(const double d,
+                            TimedRawGets(blocks * per_block_slices, layout_.slice_bytes));
+        raw_dram.push_back(gb / d);
+        FC_ASSIGN_OR_RETURN(
+            const double s,
+            TimedRawGets(layout_.num_layers, blocks * layout_.num_planes * layout_.slice_bytes));
+        raw_ssd.push_back(gb / s);
       }
     }
-    auto l = TimedRestore(*client_b_, ssd_keys, nullptr);  // B's own path, for the SSD's rate
-    if (!l.ok()) return ReportStatus("bench cluster", l.status());
-    local_ssd.push_back(session / *l / 1e9);
+    // B's own path, for what the SSD allows.
+    FC_ASSIGN_OR_RETURN(const double l, TimedRestore(*client_b_, ssd_keys, nullptr));
+    local_ssd.push_back(gb / l);
   }
-  // Lookups at the remote home.
+  f->remote_dram_gbps = Median(fc_dram);
+  f->ucx_dram_gbps = Median(raw_dram);
+  f->remote_ssd_gbps = Median(fc_ssd);
+  f->ucx_ssd_gbps = Median(raw_ssd);
+  f->local_ssd_gbps = Median(local_ssd);
+  return Status::OK();
+}
+
+void ClusterBench::MeasureLookups(const std::vector<Key>& keys, Figures* f) {
   std::vector<double> us;
-  const size_t n = std::min<size_t>(64, dram_keys.size());
+  f->lookup_keys = std::min<size_t>(64, keys.size());
   for (uint32_t i = 0; i < a_.lookups; ++i) {
     // A prompt's lookup starts at its first block: the session's root names the home.
     const auto t0 = Clock::now();
-    const LookupResult r = client_a_->Lookup(std::span<const Key>(dram_keys.data(), n));
+    const LookupResult r = client_a_->Lookup(std::span<const Key>(keys.data(), f->lookup_keys));
     us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-    if (r.leading_hits != n) misses_++;
+    if (r.leading_hits != f->lookup_keys) misses_++;
   }
-  // Prefill/decode: written through A (home A), restored through B.
-  const std::string pd_session = HomedAt(*client_a_, a, "pd-");
-  const std::vector<Key> pd_keys = Keys(pd_session, std::max<uint64_t>(1, a_.pd_bytes / bb));
-  const auto w0 = Clock::now();
-  if (Status st = Write(*client_a_, pd_keys, pd_session, MediaType::kSsd); !st.ok()) {
-    return ReportStatus("bench cluster", st.WithContext("writing the prefill/decode session"));
-  }
-  const double pd_write_s = Seconds(Clock::now() - w0);
-  double pd_first = 0;
-  auto pd = TimedRestore(*client_b_, pd_keys, &pd_first);
-  if (!pd.ok()) return ReportStatus("bench cluster", pd.status());
-  const double pd_bytes = static_cast<double>(pd_keys.size() * bb);
+  f->lookup_p50_us = Percentile(us, 0.50);
+  f->lookup_p99_us = Percentile(us, 0.99);
+}
 
-  const double fd = Median(fc_dram), rd = Median(raw_dram), fs = Median(fc_ssd),
-               rs = Median(raw_ssd);
+Status ClusterBench::MeasurePrefillDecode(Figures* f) {
+  const uint64_t bb = layout_.block_bytes();
+  const std::string session = HomedAt(*client_a_, a_node_.cluster->node_id(), "pd-");
+  const std::vector<Key> keys = Keys(session, std::max<uint64_t>(1, a_.pd_bytes / bb));
+  const auto w0 = Clock::now();
+  FC_RETURN_IF_ERROR(Write(*client_a_, keys, session, MediaType::kSsd)
+                         .WithContext("writing the prefill/decode session"));
+  f->pd_write_s = Seconds(Clock::now() - w0);
+  FC_ASSIGN_OR_RETURN(f->pd_total_s, TimedRestore(*client_b_, keys, &f->pd_first_s));
+  f->pd_bytes = static_cast<double>(keys.size() * bb);
+  return Status::OK();
+}
+
+void ClusterBench::Report(const Figures& f) const {
   const char* tls = std::getenv("UCX_TLS");
-  json out = {{"bench", "cluster"},
-              {"transport", tls != nullptr ? tls : "auto"},
-              {"layout", layout_.ToString()},
-              {"session_bytes", session},
-              {"reps", a_.reps},
-              {"remote_dram_gbps", fd},
-              {"ucx_dram_gbps", rd},
-              {"remote_dram_vs_ucx", rd > 0 ? fd / rd : 0},
-              {"remote_ssd_gbps", fs},
-              {"ucx_ssd_gbps", rs},
-              {"remote_ssd_vs_ucx", rs > 0 ? fs / rs : 0},
-              {"local_ssd_gbps", Median(local_ssd)},
-              {"remote_ssd_vs_local_ssd", Median(local_ssd) > 0 ? fs / Median(local_ssd) : 0},
-              {"lookup_keys", n},
-              {"lookup_p50_us", Pct(us, 0.50)},
-              {"lookup_p99_us", Pct(us, 0.99)},
-              {"pd_bytes", pd_bytes},
-              {"pd_write_s", pd_write_s},
-              {"pd_first_layer_ms", pd_first * 1e3},
-              {"pd_total_ms", *pd * 1e3},
-              {"pd_restore_gbps", pd_bytes / *pd / 1e9},
-              {"mismatches", mismatches_},
-              {"misses", misses_}};
-  {
-    std::printf("bench cluster: two nodes, UCX %s, %s blocks (%s), session %s\n",
-                tls != nullptr ? tls : "auto", FormatBytes(bb).c_str(), layout_.ToString().c_str(),
-                FormatBytes(session).c_str());
-    std::printf("  remote DRAM restore %.2f GB/s, UCX gets of the same sizes %.2f GB/s: %.3f x\n",
-                fd, rd, rd > 0 ? fd / rd : 0);
-    std::printf(
-        "  remote SSD restore %.2f GB/s, UCX gets of the same sizes %.2f GB/s: %.3f x (B's own SSD "
-        "restore %.2f GB/s)\n",
-        fs, rs, rs > 0 ? fs / rs : 0, Median(local_ssd));
-    std::printf("  lookup of %zu keys at the remote home: P50 %.1f us, P99 %.1f us\n", n,
-                Pct(us, 0.5), Pct(us, 0.99));
-    std::printf(
-        "  prefill/decode: %s written through A in %.2f s; restored through B: first layer %.1f "
-        "ms, all %.1f ms (%.2f GB/s)\n",
-        FormatBytes(static_cast<uint64_t>(pd_bytes)).c_str(), pd_write_s, pd_first * 1e3, *pd * 1e3,
-        pd_bytes / *pd / 1e9);
-    std::printf("  mismatches %lu, misses %lu\n", static_cast<unsigned long>(mismatches_),
-                static_cast<unsigned long>(misses_));
-  }
-  if (a_.json) std::printf("%s\n", out.dump().c_str());
+  const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0; };
+  const double dram_vs_ucx = ratio(f.remote_dram_gbps, f.ucx_dram_gbps);
+  const double ssd_vs_ucx = ratio(f.remote_ssd_gbps, f.ucx_ssd_gbps);
+  const double pd_gbps = ratio(f.pd_bytes / 1e9, f.pd_total_s);
+  std::printf("bench cluster: two nodes, UCX %s, %s blocks (%s), session %s\n",
+              tls != nullptr ? tls : "auto", FormatBytes(layout_.block_bytes()).c_str(),
+              layout_.ToString().c_str(), FormatBytes(f.session_bytes).c_str());
+  std::printf("  remote DRAM restore %.2f GB/s, UCX gets of the same sizes %.2f GB/s: %.3f x\n",
+              f.remote_dram_gbps, f.ucx_dram_gbps, dram_vs_ucx);
+  std::printf(
+      "  remote SSD restore %.2f GB/s, UCX gets of the same sizes %.2f GB/s: %.3f x (B's own SSD "
+      "restore %.2f GB/s)\n",
+      f.remote_ssd_gbps, f.ucx_ssd_gbps, ssd_vs_ucx, f.local_ssd_gbps);
+  std::printf("  lookup of %zu keys at the remote home: P50 %.1f us, P99 %.1f us\n", f.lookup_keys,
+              f.lookup_p50_us, f.lookup_p99_us);
+  std::printf(
+      "  prefill/decode: %s written through A in %.2f s; restored through B: first layer %.1f "
+      "ms, all %.1f ms (%.2f GB/s)\n",
+      FormatBytes(static_cast<uint64_t>(f.pd_bytes)).c_str(), f.pd_write_s, f.pd_first_s * 1e3,
+      f.pd_total_s * 1e3, pd_gbps);
+  std::printf("  mismatches %lu, misses %lu\n", static_cast<unsigned long>(mismatches_),
+              static_cast<unsigned long>(misses_));
+  if (!a_.json) return;
+  const json out = {{"bench", "cluster"},
+                    {"transport", tls != nullptr ? tls : "auto"},
+                    {"layout", layout_.ToString()},
+                    {"session_bytes", f.session_bytes},
+                    {"reps", a_.reps},
+                    {"remote_dram_gbps", f.remote_dram_gbps},
+                    {"ucx_dram_gbps", f.ucx_dram_gbps},
+                    {"remote_dram_vs_ucx", dram_vs_ucx},
+                    {"remote_ssd_gbps", f.remote_ssd_gbps},
+                    {"ucx_ssd_gbps", f.ucx_ssd_gbps},
+                    {"remote_ssd_vs_ucx", ssd_vs_ucx},
+                    {"local_ssd_gbps", f.local_ssd_gbps},
+                    {"remote_ssd_vs_local_ssd", ratio(f.remote_ssd_gbps, f.local_ssd_gbps)},
+                    {"lookup_keys", f.lookup_keys},
+                    {"lookup_p50_us", f.lookup_p50_us},
+                    {"lookup_p99_us", f.lookup_p99_us},
+                    {"pd_bytes", f.pd_bytes},
+                    {"pd_write_s", f.pd_write_s},
+                    {"pd_first_layer_ms", f.pd_first_s * 1e3},
+                    {"pd_total_ms", f.pd_total_s * 1e3},
+                    {"pd_restore_gbps", pd_gbps},
+                    {"mismatches", mismatches_},
+                    {"misses", misses_}};
+  std::printf("%s\n", out.dump().c_str());
+}
+
+void ClusterBench::Shutdown() {
   client_a_.reset();
   client_b_.reset();
   raw_.reset();
   for (Node* node : {&a_node_, &b_node_}) {
-    node->cluster->Leave();
-    node->daemon->Shutdown();
+    if (node->cluster != nullptr) node->cluster->Leave();
+    if (node->daemon != nullptr) node->daemon->Shutdown();
     node->daemon.reset();
   }
+}
+
+int ClusterBench::Main() {
+  serve::SetLogLevel(serve::LogLevel::kWarning);
+  if (Status st = Setup(); !st.ok()) return ReportStatus("bench cluster", st);
+  const uint64_t bb = layout_.block_bytes();
+  const uint64_t blocks = std::max<uint64_t>(64, (a_.bytes + bb - 1) / bb);
+  const uint32_t b = b_node_.cluster->node_id();
+  const std::string dram_session = HomedAt(*client_a_, b, "dram-");
+  const std::string ssd_session = HomedAt(*client_a_, b, "ssd-");
+  const std::vector<Key> dram_keys = Keys(dram_session, blocks),
+                         ssd_keys = Keys(ssd_session, blocks);
+  Figures f;
+  f.session_bytes = blocks * bb;
+  Status st = Write(*client_a_, dram_keys, dram_session, MediaType::kDram)
+                  .WithContext("writing the DRAM session");
+  if (st.ok()) {
+    st = Write(*client_a_, ssd_keys, ssd_session, MediaType::kSsd)
+             .WithContext("writing the SSD session");
+  }
+  if (st.ok()) st = MeasureRestores(dram_keys, ssd_keys, &f);
+  if (st.ok()) {
+    MeasureLookups(dram_keys, &f);
+    st = MeasurePrefillDecode(&f);
+  }
+  if (!st.ok()) return ReportStatus("bench cluster", st);
+  Report(f);
+  Shutdown();
   return mismatches_ + misses_ > 0 ? 1 : 0;
 }
 

@@ -124,13 +124,6 @@ struct LookupFigures {
   double p50_us = 0, p99_us = 0, max_us = 0, calls_per_s = 0;
 };
 
-double Percentile(std::vector<double>& v, double q) {
-  if (v.empty()) return 0;
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
-  return v[i];
-}
-
 class DaemonBench {
  public:
   explicit DaemonBench(const DaemonBenchArgs& a)

@@ -15,6 +15,13 @@ double Median(std::vector<double> v) {
   return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
+double Percentile(std::vector<double>& v, double q) {
+  if (v.empty()) return 0;
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
+  return v[i];
+}
+
 Result<AlignedBuffer> AllocateHostMemory(uint64_t bytes, bool huge) {
   return AlignedBuffer::Allocate(
       bytes, {.alignment = AlignedBuffer::kHugePageBytes,

@@ -17,6 +17,9 @@ namespace flatcake::cli {
 
 // The median of `v` (the mean of the two middle values for an even count); 0 when empty.
 double Median(std::vector<double> v);
+// The value at quantile `q` (0..1) of `v`: its element at index floor(q * size), clamped; 0 when
+// empty. Reorders `v` (nth_element).
+double Percentile(std::vector<double>& v, double q);
 
 // Host memory for restore destinations and raw I/O buffers: 2 MiB-aligned and advised for
 // transparent huge pages when `huge` (a serving engine's host KV pool is huge-page backed), else
