@@ -1,12 +1,20 @@
 // Three real `flatcake serve --etcd` daemons and `flatcake cluster status`, against an etcd the
-// test starts on loopback (EtcdProcess): they join under distinct NodeIDs; one killed with
-// SIGKILL drops out within its lease TTL; restarted on its pool it rejoins under its old NodeID;
-// with etcd stopped the daemons keep serving, and they are members again once it is back.
+// test starts itself (EtcdProcess): they join under distinct NodeIDs; one killed with SIGKILL
+// drops out within its lease TTL; restarted on its pool it rejoins under its old NodeID; with
+// etcd stopped the daemons keep serving, and they are members again once it is back; sessions are
+// placed by weight and restored byte-exact through any node; a partition.
+//
+// Where the test may create network namespaces (root), each daemon runs in one of its own
+// (testing::NetnsLab), joined to the test's namespace by a veth link, UCX on TCP over it, etcd on
+// the bridge: the nodes are separate hosts, and a cut link is a partition. Elsewhere, or with
+// FLATCAKE_CLUSTER_TEST_LOOPBACK=1, they run on loopback (UCX's choice of transport) and the
+// partition test is skipped.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -18,6 +26,7 @@
 #include "serve/prom_text.h"
 #include "serve/remote_store.h"
 #include "testing/child_process.h"
+#include "testing/netns_lab.h"
 #include "testing/serve_client_options.h"
 #include "util/block_content.h"
 #include "util/temp_dir.h"
@@ -33,34 +42,79 @@ using testing::Child;
 class ClusterProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto started = EtcdProcess::Start();
+    ASSERT_TRUE(dir_.ok());
+    std::string etcd_host = "127.0.0.1";
+    if (std::getenv("FLATCAKE_CLUSTER_TEST_LOOPBACK") != nullptr) {
+      why_loopback_ = "FLATCAKE_CLUSTER_TEST_LOOPBACK is set";
+    } else if (auto lab = flatcake::testing::NetnsLab::Create(3); lab.ok()) {
+      lab_ = std::move(*lab);
+      etcd_host = lab_->host_address();
+      ucx_env_ = std::make_unique<flatcake::testing::UcxEnvironment>("tcp", lab_->bridge());
+    } else {
+      why_loopback_ = lab.status().ToString();
+    }
+    if (lab_ != nullptr) {
+      std::printf("daemons in network namespaces, etcd on %s\n", lab_->host_address().c_str());
+    } else {
+      std::printf("daemons on loopback: %s\n", why_loopback_.c_str());
+    }
+    auto started = EtcdProcess::Start("etcd", seconds(20), etcd_host);
     ASSERT_TRUE(started.ok()) << started.status().ToString();
     etcd_ = std::move(*started);
-    ASSERT_TRUE(dir_.ok());
+  }
+
+  // A failed test shows the tail of every daemon's log.
+  void TearDown() override {
+    if (!HasFailure()) return;
+    for (int i = 0; i < 3; ++i) {
+      std::ifstream in(dir_.File("n" + std::to_string(i) + ".log"));
+      std::stringstream ss;
+      ss << in.rdbuf();
+      const std::string log = ss.str();
+      std::printf("--- node%d's log (tail):\n%s\n", i,
+                  log.substr(log.size() > 3000 ? log.size() - 3000 : 0).c_str());
+    }
+  }
+
+  // Where node i serves its metrics when asked to (StartNode's `metrics`): any port is free in a
+  // namespace of its own.
+  serve::HostPort MetricsAddress(int i) {
+    if (lab_ != nullptr) return {lab_->address(i), 9464};
+    if (metrics_ports_.count(i) == 0) {
+      auto port = FreeLoopbackPort();
+      EXPECT_TRUE(port.ok()) << port.status().ToString();
+      metrics_ports_[i] = port.ok() ? *port : 0;
+    }
+    return {"127.0.0.1", metrics_ports_[i]};
   }
 
   std::string Socket(int i) const { return dir_.File("n" + std::to_string(i) + ".sock"); }
 
   // DRAM of (8 + 8 i) MiB unless `dram_bytes` says otherwise (0: none).
   static constexpr uint64_t kDefaultDram = ~uint64_t{0};
-  std::unique_ptr<Child> StartNode(int i, uint64_t dram_bytes = kDefaultDram,
-                                   uint16_t metrics_port = 0) {
+  std::unique_ptr<Child> StartNode(int i, uint64_t dram_bytes = kDefaultDram, bool metrics = false,
+                                   uint64_t ssd_bytes = 64 << 20) {
     const std::string pool = dir_.File("pool" + std::to_string(i));
     std::filesystem::create_directories(pool);
     const uint64_t dram = dram_bytes != kDefaultDram ? dram_bytes : uint64_t(8 + 8 * i) << 20;
-    std::vector<std::string> argv = {FLATCAKE_BINARY,    "serve",
-                                     "--socket",         Socket(i),
-                                     "--ssd-dir",        pool,
-                                     "--ssd-bytes",      std::to_string(64 << 20),
-                                     "--ssd-file-bytes", std::to_string(64 << 20),
-                                     "--dram-bytes",     std::to_string(dram),
-                                     "--etcd",           etcd_->client_url(),
-                                     "--cluster",        "t",
-                                     "--node-name",      "node" + std::to_string(i),
-                                     "--lease-ttl",      "2"};
-    if (metrics_port != 0) {
+    std::vector<std::string> argv;
+    if (lab_ != nullptr) argv = lab_->Exec(i);
+    const std::vector<std::string> serve = {
+        FLATCAKE_BINARY,    "serve",
+        "--socket",         Socket(i),
+        "--ssd-dir",        pool,
+        "--ssd-bytes",      std::to_string(ssd_bytes),
+        "--ssd-file-bytes", std::to_string(std::min<uint64_t>(ssd_bytes, 64 << 20)),
+        "--dram-bytes",     std::to_string(dram),
+        "--etcd",           etcd_->client_url(),
+        "--cluster",        "t",
+        "--node-name",      "node" + std::to_string(i),
+        "--lease-ttl",      "2"};
+    argv.insert(argv.end(), serve.begin(), serve.end());
+    if (metrics) {
+      const serve::HostPort at = MetricsAddress(i);
       argv.push_back("--metrics-addr");
-      argv.push_back("127.0.0.1:" + std::to_string(metrics_port));
+      argv.push_back(at.host + ":" + std::to_string(at.port));
     }
     return std::make_unique<Child>(argv, dir_.File("n" + std::to_string(i) + ".log"));
   }
@@ -105,8 +159,12 @@ class ClusterProcessTest : public ::testing::Test {
     return c.ok();
   }
 
-  std::unique_ptr<EtcdProcess> etcd_;
   TempDir dir_{"flatcake-cluster"};
+  std::unique_ptr<flatcake::testing::NetnsLab> lab_;  // null on loopback
+  std::string why_loopback_;
+  std::unique_ptr<flatcake::testing::UcxEnvironment> ucx_env_;
+  std::map<int, uint16_t> metrics_ports_;
+  std::unique_ptr<EtcdProcess> etcd_;
 };
 
 TEST_F(ClusterProcessTest, DaemonsJoinDropOutRejoinAndRideOutAnEtcdOutage) {
@@ -185,6 +243,21 @@ std::unique_ptr<ClusterStore> ConnectCluster(const std::string& socket) {
   return c.ok() ? std::move(*c) : nullptr;
 }
 
+// Clients of nodes 0-2's daemons, once the first sees all three members (empty on failure).
+std::vector<std::unique_ptr<ClusterStore>> ConnectAll(
+    const std::function<std::string(int)>& socket) {
+  std::vector<std::unique_ptr<ClusterStore>> c;
+  for (int i = 0; i < 3; ++i) {
+    c.push_back(ConnectCluster(socket(i)));
+    if (c.back() == nullptr) return {};
+  }
+  for (int i = 0; i < 100 && c[0]->Placement(Key{1, 2}).size() != 3; ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_EQ(c[0]->Placement(Key{1, 2}).size(), 3u);
+  return c;
+}
+
 Result<PutResult> PutSession(Store& s, const std::vector<Key>& keys, const std::string& session,
                              std::optional<MediaType> medium = std::nullopt) {
   std::vector<std::vector<uint8_t>> blocks(keys.size(),
@@ -247,22 +320,15 @@ Restored RestoreSession(Store& s, const std::vector<Key>& keys) {
 TEST_F(ClusterProcessTest, SessionsAreRestoredByteExactThroughAnyNode) {
   std::vector<std::unique_ptr<Child>> nodes;
   nodes.push_back(StartNode(0));
-  auto metrics_port = FreeLoopbackPort();
-  ASSERT_TRUE(metrics_port.ok());
-  nodes.push_back(StartNode(1, 0, *metrics_port));  // no DRAM: its blocks are on SSD
+  nodes.push_back(StartNode(1, 0, true));  // no DRAM: its blocks are on SSD
   nodes.push_back(StartNode(2, 32 << 20));
   auto ids = WaitMembers({"node0", "node1", "node2"});
   ASSERT_EQ(ids.size(), 3u);
-  auto c0 = ConnectCluster(Socket(0));
-  auto c1 = ConnectCluster(Socket(1));
-  auto c2 = ConnectCluster(Socket(2));
-  ASSERT_TRUE(c0 && c1 && c2);
+  auto clients = ConnectAll([this](int i) { return Socket(i); });
+  ASSERT_EQ(clients.size(), 3u);
+  ClusterStore *c0 = clients[0].get(), *c1 = clients[1].get(), *c2 = clients[2].get();
   ASSERT_TRUE(c0->clustered());
   EXPECT_EQ(c0->local_node_id(), ids["node0"]);
-  for (int i = 0; i < 100 && c0->Placement(Key{1, 2}).size() != 3; ++i) {
-    std::this_thread::sleep_for(milliseconds(100));
-  }
-  ASSERT_EQ(c0->Placement(Key{1, 2}).size(), 3u);
 
   const std::string on_ssd = SessionHomedAt(*c0, ids["node1"], "ssd-");
   const std::string on_dram = SessionHomedAt(*c0, ids["node2"], "dram-");
@@ -289,8 +355,7 @@ TEST_F(ClusterProcessTest, SessionsAreRestoredByteExactThroughAnyNode) {
   EXPECT_EQ(a.wrong_bytes, 0u);
   EXPECT_EQ(a.layers, (std::vector<uint32_t>{0, 1, 2, 3}));
   // Node 1's peer metrics name node 2's client: its put (through node 0), restore and layers.
-  auto scraped =
-      serve::HttpGet(serve::HostPort{"127.0.0.1", *metrics_port}, "/metrics", milliseconds(5000));
+  auto scraped = serve::HttpGet(MetricsAddress(1), "/metrics", milliseconds(5000));
   ASSERT_TRUE(scraped.ok()) << scraped.status().ToString();
   auto prom = serve::PromText::Parse(scraped->body);
   ASSERT_TRUE(prom.ok()) << prom.status().ToString();
@@ -344,6 +409,170 @@ TEST_F(ClusterProcessTest, SessionsAreRestoredByteExactThroughAnyNode) {
   EXPECT_EQ(c1->Lookup(dram_keys).leading_hits, 0u);
   // Node 1's SSD session is untouched.
   EXPECT_EQ(RestoreSession(*c0, ssd_keys).result.leading_hits, 48u);
+}
+
+// Sessions go where every client computes their home, and homes follow the nodes' capacities
+// (DRAM + SSD; 1 : 2 : 4 here): 350 one-block sessions written through node 0 are each found in
+// the local store of the node rendezvous hashing names, and nowhere else.
+TEST_F(ClusterProcessTest, SessionsSpreadAcrossNodesByWeight) {
+  std::vector<std::unique_ptr<Child>> nodes;
+  const uint64_t ssd[3] = {32 << 20, 64 << 20, 128 << 20};
+  for (int i = 0; i < 3; ++i) nodes.push_back(StartNode(i, 0, false, ssd[i]));
+  auto ids = WaitMembers({"node0", "node1", "node2"});
+  ASSERT_EQ(ids.size(), 3u);
+  auto clients = ConnectAll([this](int i) { return Socket(i); });
+  ASSERT_EQ(clients.size(), 3u);
+  ClusterStore* c0 = clients[0].get();
+  std::map<uint32_t, std::vector<Key>> by_home;
+  for (int s = 0; s < 350; ++s) {
+    const std::string name = "spread-" + std::to_string(s);
+    const std::vector<Key> keys = SessionKeys(name, 1);
+    auto put = PutSession(*c0, keys, name);
+    ASSERT_TRUE(put.ok()) << put.status().ToString();
+    ASSERT_EQ(put->written, 1u);
+    by_home[c0->Placement(keys[0])[0]].push_back(keys[0]);
+  }
+  double total_weight = 0;
+  for (uint64_t b : ssd) total_weight += static_cast<double>(b);
+  for (int i = 0; i < 3; ++i) {
+    const uint32_t id = ids["node" + std::to_string(i)];
+    // The node's own store (a plain client of its daemon: no routing) holds exactly its homes.
+    auto local =
+        serve::RemoteStore::Connect(Socket(i), "t", flatcake::testing::SmallClientOptions());
+    ASSERT_TRUE(local.ok()) << local.status().ToString();
+    const std::vector<Key>& mine = by_home[id];
+    size_t held = 0;
+    for (const Key& k : mine) held += (*local)->Lookup(std::vector<Key>{k}).leading_hits;
+    EXPECT_EQ(held, mine.size()) << "node" << i;
+    const StoreStats st = (*local)->GetStats();
+    EXPECT_EQ(st.dram.blocks_live + st.ssd.blocks_live, mine.size()) << "node" << i;
+    const double share = static_cast<double>(mine.size()) / 350;
+    const double expect = static_cast<double>(ssd[i]) / total_weight;
+    std::printf("node%d (%llu MiB): %zu of 350 sessions, share %.3f, weight's share %.3f\n", i,
+                static_cast<unsigned long long>(ssd[i] >> 20), mine.size(), share, expect);
+    EXPECT_NEAR(share, expect, expect * 0.4) << "node" << i;
+  }
+}
+
+// A partition: node 2's link cut. A restore from it in flight through node 1 ends in bounded
+// time with all or none of its blocks, never a wrong byte; node 2 drops out of the others' view
+// within its lease TTL and its sessions are misses through them; it keeps serving its own
+// clients and places their new sessions locally; healed, it rejoins under its old NodeID and its
+// sessions are restored byte-exact through node 0 again.
+TEST_F(ClusterProcessTest, APartitionedNodeDropsOutServesLocallyAndRejoins) {
+  if (lab_ == nullptr) {
+    GTEST_SKIP() << "a partition needs network namespaces (" << why_loopback_
+                 << "); the loopback tests cover the rest";
+  }
+  std::vector<std::unique_ptr<Child>> nodes;
+  nodes.push_back(StartNode(0));
+  nodes.push_back(StartNode(1));
+  nodes.push_back(StartNode(2, 48 << 20));
+  auto ids = WaitMembers({"node0", "node1", "node2"});
+  ASSERT_EQ(ids.size(), 3u);
+  auto clients = ConnectAll([this](int i) { return Socket(i); });
+  ASSERT_EQ(clients.size(), 3u);
+  ClusterStore *c0 = clients[0].get(), *c1 = clients[1].get(), *c2 = clients[2].get();
+  const std::string session = SessionHomedAt(*c0, ids["node2"], "part-");
+  const std::string big = SessionHomedAt(*c0, ids["node2"], "bigpart-");
+  const std::vector<Key> keys = SessionKeys(session, 48);
+  const std::vector<Key> big_keys = SessionKeys(big, 512);  // 16 MiB
+  const std::string in_dram = SessionHomedAt(*c0, ids["node2"], "drampart-");
+  const std::vector<Key> dram_keys = SessionKeys(in_dram, 640);  // 20 MiB
+  ASSERT_TRUE(PutSession(*c0, keys, session).ok());
+  auto pd = PutSession(*c0, dram_keys, in_dram, MediaType::kDram);
+  ASSERT_TRUE(pd.ok()) << pd.status().ToString();
+  EXPECT_EQ(pd->written, 640u);
+  auto p = PutSession(*c0, big_keys, big, MediaType::kSsd);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->written, 512u);
+  EXPECT_EQ(RestoreSession(*c1, keys).result.leading_hits, 48u);
+
+  // Cut in the middle of two restores, one from its SSD (streamed layers), one from its DRAM
+  // (UCX gets): each ends within its deadline with all or none of its blocks.
+  Restored racing_ssd, racing_dram;
+  double ssd_ms = 0, dram_ms = 0;
+  const auto r0 = std::chrono::steady_clock::now();
+  const auto ms_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  };
+  std::thread from_ssd([&] {
+    racing_ssd = RestoreSession(*c1, big_keys);
+    ssd_ms = ms_since(r0);
+  });
+  std::thread from_dram([&] {
+    racing_dram = RestoreSession(*c0, dram_keys);
+    dram_ms = ms_since(r0);
+  });
+  std::this_thread::sleep_for(milliseconds(20));
+  ASSERT_TRUE(lab_->Cut(2).ok());
+  from_ssd.join();
+  from_dram.join();
+  std::printf(
+      "restores racing the cut: from SSD %u of 512 blocks in %.0f ms, from DRAM %u of %zu in %.0f "
+      "ms\n",
+      racing_ssd.result.hits, ssd_ms, racing_dram.result.hits, dram_keys.size(), dram_ms);
+  for (const Restored* r : {&racing_ssd, &racing_dram}) {
+    EXPECT_TRUE(r->result.hits == 0 || r->result.hits == r->result.found.size()) << r->result.hits;
+    EXPECT_EQ(r->wrong_bytes, 0u);
+  }
+  EXPECT_LT(ssd_ms, 15000);
+  EXPECT_LT(dram_ms, 15000);
+
+  // Out of the others' view within the TTL; its sessions are misses through them.
+  WaitMembers({"node0", "node1"}, seconds(6));
+  for (int i = 0; i < 100 && c0->Placement(keys[0]).size() != 2; ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_EQ(c0->Placement(keys[0]).size(), 2u);
+  const auto m0 = std::chrono::steady_clock::now();
+  Restored gone = RestoreSession(*c0, keys);
+  const double gone_ms = ms_since(m0);
+  EXPECT_EQ(gone.result.hits, 0u);
+  EXPECT_EQ(gone.wrong_bytes, 0u);
+  const auto l0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(c0->Lookup(keys).leading_hits, 0u);
+  const double lookup_ms = ms_since(l0);
+  std::printf("cut off: its session a miss through node 0 in %.0f ms, its lookup in %.0f ms\n",
+              gone_ms, lookup_ms);
+  EXPECT_LT(gone_ms, 12000);
+  EXPECT_LT(lookup_ms, 12000);
+
+  // Node 2 still serves its own clients, and places their new sessions locally.
+  Restored own = RestoreSession(*c2, keys);
+  EXPECT_EQ(own.result.leading_hits, 48u);
+  EXPECT_EQ(own.wrong_bytes, 0u);
+  const std::string fresh = SessionHomedAt(*c0, ids["node0"], "cut-");
+  const std::vector<Key> fresh_keys = SessionKeys(fresh, 16);
+  auto fp = PutSession(*c2, fresh_keys, fresh);
+  ASSERT_TRUE(fp.ok()) << fp.status().ToString();
+  EXPECT_EQ(fp->written, 16u);
+  Restored mine = RestoreSession(*c2, fresh_keys);
+  EXPECT_EQ(mine.result.leading_hits, 16u);
+  EXPECT_EQ(mine.wrong_bytes, 0u);
+
+  // Healed: back under its NodeID, its sessions byte-exact through node 0 again.
+  ASSERT_TRUE(lab_->Heal(2).ok());
+  EXPECT_EQ(WaitMembers({"node0", "node1", "node2"}, seconds(15)), ids);
+  Restored back;
+  for (int i = 0; i < 50; ++i) {
+    back = RestoreSession(*c0, keys);
+    EXPECT_EQ(back.wrong_bytes, 0u);
+    if (back.result.leading_hits == 48) break;
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  EXPECT_EQ(back.result.leading_hits, 48u);
+  for (int i = 0; i < 100 && c1->Placement(keys[0]).size() != 3; ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  Restored big_back;
+  for (int i = 0; i < 50; ++i) {
+    big_back = RestoreSession(*c1, big_keys);
+    EXPECT_EQ(big_back.wrong_bytes, 0u);
+    if (big_back.result.leading_hits == 512) break;
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  EXPECT_EQ(big_back.result.leading_hits, 512u);
 }
 
 TEST_F(ClusterProcessTest, BadClusterFlagsAreRefusedClearly) {

@@ -138,7 +138,10 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     if (st.ok() && ssd.empty()) {
       for (uint32_t l = 0; l < layout_.num_layers; ++l) ReportLayer(l);
     }
-    if (pinned.restore_id() != 0) {
+    // After a failure the blocks are misses whatever the home would say, and the home may be
+    // cut off: no end is sent (a new connection to an unreachable home can hold up the worker),
+    // its sweeper ends the restore after its TTL.
+    if (pinned.restore_id() != 0 && st.ok()) {
       rpc::PeerRestoreEnd end;
       end.set_restore_id(pinned.restore_id());
       auto ended = store_->ucx_->CallSync(peer->address, kPeerRestoreEnd, end.SerializeAsString(),
@@ -172,15 +175,14 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     Finish(std::move(out));
   }
 
-  // Streams the layers of the SSD hits, kLayerWindow at a time, each received straight into a
-  // buffer of its window slot (UcxNode::CallInto), copied into place, the slot then asked for
-  // the next layer; layers are reported in order as they land.
+  // Streams the layers of the SSD hits, kLayerWindow at a time, each scattered straight into the
+  // caller's slices (UcxNode::CallInto), the next layer asked for as each arrives; layers are
+  // reported in order as they land.
   Status ReadSsdLayers(const Peer& peer, uint64_t restore_id, const std::vector<uint32_t>& ssd) {
     constexpr uint32_t kLayerWindow = 4;
     const uint32_t layers = layout_.num_layers;
     const uint32_t window = std::min(kLayerWindow, layers);
-    const uint64_t per = uint64_t{layout_.num_planes} * layout_.slice_bytes;
-    const uint64_t run = ssd.size() * per;
+    const uint64_t run = ssd.size() * layout_.num_planes * layout_.slice_bytes;
     struct Shared {
       Mutex mu;
       CondVar cv;
@@ -194,10 +196,20 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
       MutexLock lock(shared->mu);
       shared->landed.assign(layers, 0);
     }
-    std::vector<std::unique_ptr<char[]>> slots(window);
-    for (auto& b : slots) b.reset(new char[run]);
     const auto issue = [&](uint32_t l) {
-      char* buf = slots[l % window].get();
+      // The layer's run is [hit][plane] slices: one segment each, merged where they touch.
+      std::vector<UcxNode::Segment> into;
+      into.reserve(ssd.size() * layout_.num_planes);
+      for (uint32_t j : ssd) {
+        for (uint32_t p = 0; p < layout_.num_planes; ++p) {
+          auto* at = reinterpret_cast<char*>(SliceAddress(Buffers(), layout_, j, l, p));
+          if (!into.empty() && into.back().base + into.back().len == at) {
+            into.back().len += layout_.slice_bytes;
+          } else {
+            into.push_back({at, layout_.slice_bytes});
+          }
+        }
+      }
       rpc::PeerLayer req;
       req.set_restore_id(restore_id);
       req.set_layer(l);
@@ -211,27 +223,21 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
         MutexLock lock(shared->mu);
         shared->outstanding++;
       }
-      store_->ucx_->CallInto(
-          peer.address, kPeerLayer, req.SerializeAsString(), {}, deadline, buf, run,
-          [this, shared, l, per, run, buf, &ssd](Status st, std::string, size_t length) {
-            if (st.ok() && length != run) st = Status::Corruption("a layer of the wrong size");
-            if (st.ok()) {
-              for (size_t j = 0; j < ssd.size(); ++j) {
-                for (uint32_t p = 0; p < layout_.num_planes; ++p) {
-                  std::memcpy(SliceAddress(Buffers(), layout_, ssd[j], l, p),
-                              buf + j * per + p * layout_.slice_bytes, layout_.slice_bytes);
-                }
-              }
-            }
-            {
-              MutexLock lock(shared->mu);
-              if (!st.ok() && shared->status.ok()) shared->status = st;
-              if (st.ok()) shared->landed[l] = 1;
-              shared->completed.push_back(l);
-              shared->outstanding--;
-            }
-            shared->cv.NotifyAll();
-          });
+      store_->ucx_->CallInto(peer.address, kPeerLayer, req.SerializeAsString(), {}, deadline,
+                             std::move(into),
+                             [shared, l, run](Status st, std::string, size_t length) {
+                               if (st.ok() && length != run) {
+                                 st = Status::Corruption("a layer of the wrong size");
+                               }
+                               {
+                                 MutexLock lock(shared->mu);
+                                 if (!st.ok() && shared->status.ok()) shared->status = st;
+                                 if (st.ok()) shared->landed[l] = 1;
+                                 shared->completed.push_back(l);
+                                 shared->outstanding--;
+                               }
+                               shared->cv.NotifyAll();
+                             });
     };
     for (uint32_t l = 0; l < window; ++l) issue(l);
     size_t handled = 0;     // completed layers whose slot was passed on

@@ -21,15 +21,17 @@
 
 namespace flatcake::cluster {
 
-Result<uint16_t> FreeLoopbackPort() {
+Result<uint16_t> FreePort(const std::string& host) {
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return Status::FromErrno(errno, "socket");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    return Status::InvalidArgument("'" + host + "' is not an IPv4 address");
+  }
   addr.sin_port = 0;
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return Status::FromErrno(errno, "bind 127.0.0.1:0");
+    return Status::FromErrno(errno, "bind " + host + ":0");
   }
   socklen_t len = sizeof(addr);
   if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
@@ -38,17 +40,22 @@ Result<uint16_t> FreeLoopbackPort() {
   return ntohs(addr.sin_port);
 }
 
-EtcdProcess::EtcdProcess(std::string binary, uint16_t client_port, uint16_t peer_port)
-    : binary_(std::move(binary)), client_port_(client_port), peer_port_(peer_port) {}
+EtcdProcess::EtcdProcess(std::string binary, std::string host, uint16_t client_port,
+                         uint16_t peer_port)
+    : binary_(std::move(binary)),
+      host_(std::move(host)),
+      client_port_(client_port),
+      peer_port_(peer_port) {}
 
 Result<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(const std::string& binary,
-                                                        std::chrono::milliseconds timeout) {
+                                                        std::chrono::milliseconds timeout,
+                                                        const std::string& host) {
   Status last;
   for (int attempt = 0; attempt < 3; ++attempt) {  // a free port can be taken before etcd binds
-    FC_ASSIGN_OR_RETURN(const uint16_t client, FreeLoopbackPort());
+    FC_ASSIGN_OR_RETURN(const uint16_t client, FreePort(host));
     FC_ASSIGN_OR_RETURN(const uint16_t peer, FreeLoopbackPort());
     if (client == peer) continue;
-    std::unique_ptr<EtcdProcess> p(new EtcdProcess(binary, client, peer));
+    std::unique_ptr<EtcdProcess> p(new EtcdProcess(binary, host, client, peer));
     if (!p->dir_.ok()) return Status::IOError("cannot create a data directory for etcd");
     last = p->Launch(timeout);
     if (last.ok()) return p;
@@ -60,7 +67,7 @@ Result<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(const std::string& binar
 EtcdProcess::~EtcdProcess() { Kill(); }
 
 std::string EtcdProcess::client_url() const {
-  return "http://127.0.0.1:" + std::to_string(client_port_);
+  return "http://" + host_ + ":" + std::to_string(client_port_);
 }
 
 std::string EtcdProcess::LogTail() const {
@@ -125,7 +132,7 @@ Status EtcdProcess::Launch(std::chrono::milliseconds timeout) {
     return Status::FromErrno(exec_errno, "exec " + binary_);
   }
   pid_ = pid;
-  EtcdClient probe({serve::HostPort{"127.0.0.1", client_port_}}, std::chrono::milliseconds(500));
+  EtcdClient probe({serve::HostPort{host_, client_port_}}, std::chrono::milliseconds(500));
   const auto until = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < until) {
     if (probe.Get("/flatcake-probe").ok()) return Status::OK();

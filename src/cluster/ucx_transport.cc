@@ -9,7 +9,6 @@
 #include <cstring>
 #include <deque>
 #include <future>
-#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -52,7 +51,7 @@ class UcxNode::Impl {
     Clock::time_point deadline;
     ReplyCallback done;  // or, for CallInto:
     IntoCallback done_into;
-    char* into = nullptr;
+    std::vector<Segment> into;
     size_t capacity = 0;
   };
   ~Impl() { Shutdown(); }
@@ -251,8 +250,6 @@ class UcxNode::Impl {
     bool request;
     std::string header, data;
     ucp_ep_h reply_ep;
-    uint64_t into_call = 0;  // a CallInto's reply, received into its buffer
-    size_t length = 0;
   };
 
   Result<ucp_ep_h> Endpoint(const std::string& peer) {
@@ -321,25 +318,53 @@ class UcxNode::Impl {
     Complete(std::move(call), std::move(st), {}, {});
   }
 
-  // Runs a call's callback with its reply (`data` when it did not land in the call's buffer).
-  static void Complete(PendingCall call, Status st, std::string header, std::string data,
-                       std::optional<size_t> landed = std::nullopt) {
+  // Runs a call's callback with its reply; a CallInto's data is scattered over its segments
+  // first, and the string kept for the next large receive.
+  void Complete(PendingCall call, Status st, std::string header, std::string data) {
     if (!call.done_into) {
       if (call.done) call.done(std::move(st), std::move(header), std::move(data));
       return;
     }
-    size_t length = landed.value_or(data.size());
-    if (st.ok() && !landed) {
+    size_t length = data.size();
+    if (st.ok()) {
       if (data.size() > call.capacity) {
         st = Status::InvalidArgument("a reply of " + std::to_string(data.size()) +
                                      " bytes for a buffer of " + std::to_string(call.capacity));
-        length = 0;
-      } else if (!data.empty()) {
-        std::memcpy(call.into, data.data(), data.size());
+      } else {
+        size_t at = 0;
+        for (const Segment& seg : call.into) {
+          if (at == data.size()) break;
+          const size_t n = std::min(seg.len, data.size() - at);
+          std::memcpy(seg.base, data.data() + at, n);
+          at += n;
+        }
       }
     }
     if (!st.ok()) length = 0;
+    Recycle(std::move(data));
     call.done_into(std::move(st), std::move(header), length);
+  }
+
+  // Receive buffers for large messages, kept between receives (a fresh one would be faulted in
+  // page by page each time). Progress thread only.
+  static constexpr size_t kRecycledMin = 1 << 20;
+  static constexpr size_t kRecycledMax = 8;
+  std::string TakeBuffer(size_t len) {
+    std::string buf;
+    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+      if (it->capacity() >= len) {
+        buf = std::move(*it);
+        spare_.erase(it);
+        break;
+      }
+    }
+    buf.resize(len);  // fills only what it grows by
+    return buf;
+  }
+  void Recycle(std::string buf) {
+    if (buf.capacity() < kRecycledMin) return;
+    if (spare_.size() == kRecycledMax) spare_.erase(spare_.begin());
+    spare_.push_back(std::move(buf));
   }
 
   static void OnGetDone(void* request, ucs_status_t status, void* user_data) {
@@ -406,13 +431,15 @@ class UcxNode::Impl {
   void ClosePeer(const std::string& peer) {
     auto it = peers_.find(peer);
     if (it == peers_.end()) return;
-    for (auto& [blob, rkey] : it->second.rkeys) ucp_rkey_destroy(rkey);
+    Peer p = std::move(it->second);
+    peers_.erase(it);
+    // Closed before its rkeys go: a forced close completes the requests still using them.
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t r = ucp_ep_close_nbx(it->second.ep, &rp);
+    ucs_status_ptr_t r = ucp_ep_close_nbx(p.ep, &rp);
     if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing_.push_back(r);
-    peers_.erase(it);
+    for (auto& [blob, rkey] : p.rkeys) ucp_rkey_destroy(rkey);
   }
 
   static ucs_status_t OnRequestAm(void* arg, const void* header, size_t header_len, void* data,
@@ -430,22 +457,10 @@ class UcxNode::Impl {
         (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 ? param->reply_ep : nullptr;
     std::string h(static_cast<const char*>(header), header_len);
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-      auto* rv = new RndvReceive{this, request, std::move(h), {}, reply_ep};
-      // A CallInto's reply (its header inline) lands in the call's buffer.
-      char* dest = nullptr;
-      if (!request && rv->header.size() >= 13 && rv->header[0] == '\0') {
-        const uint64_t call_id = GetU64(rv->header.data() + 1);
-        auto it = calls_.find(call_id);
-        if (it != calls_.end() && it->second.done_into && len <= it->second.capacity) {
-          dest = it->second.into;
-          rv->into_call = call_id;
-          rv->length = len;
-        }
-      }
-      if (dest == nullptr) {
-        rv->data.assign(len, '\0');
-        dest = rv->data.data();
-      }
+      // Into a buffer of the node's own: the call may time out before the data is in, and UCX
+      // cannot be made to stop writing into a receive it has started.
+      auto* rv = new RndvReceive{this, request, std::move(h), TakeBuffer(len), reply_ep};
+      char* dest = rv->data.data();
       ucp_request_param_t rp{};
       rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       rp.cb.recv_am = &Impl::OnRndvDone;
@@ -454,10 +469,7 @@ class UcxNode::Impl {
       if (r == nullptr) {
         Landed(rv);
       } else if (UCS_PTR_IS_ERR(r)) {
-        if (rv->into_call != 0) {
-          FailCall(rv->into_call, UcxError("receiving a reply", UCS_PTR_STATUS(r)));
-        }
-        delete rv;
+        FailReceive(rv, UcxError("receiving", UCS_PTR_STATUS(r)));
       }
       return UCS_OK;
     }
@@ -470,22 +482,26 @@ class UcxNode::Impl {
     if (status == UCS_OK) {
       rv->impl->Landed(rv);
     } else {
-      if (rv->into_call != 0) rv->impl->FailCall(rv->into_call, UcxError("receiving", status));
-      delete rv;
+      rv->impl->FailReceive(rv, UcxError("receiving", status));
     }
     ucp_request_free(request);
   }
 
   // A rendezvous message is in: dispatched; frees `rv`.
   void Landed(RndvReceive* rv) {
-    Dispatch(rv->request, std::move(rv->header), std::move(rv->data), rv->reply_ep,
-             rv->into_call != 0 ? std::optional<size_t>(rv->length) : std::nullopt);
+    Dispatch(rv->request, std::move(rv->header), std::move(rv->data), rv->reply_ep);
     delete rv;
   }
 
-  // `landed`: the reply's data is already in its call's buffer, this long.
-  void Dispatch(bool request, std::string header, std::string data, ucp_ep_h reply_ep,
-                std::optional<size_t> landed = std::nullopt) {
+  // A rendezvous message that did not arrive: a reply's call fails; frees `rv`.
+  void FailReceive(RndvReceive* rv, const Status& st) {
+    const std::string& h = rv->header;
+    if (!rv->request && h.size() >= 13 && h[0] == '\0') FailCall(GetU64(h.data() + 1), st);
+    Recycle(std::move(rv->data));
+    delete rv;
+  }
+
+  void Dispatch(bool request, std::string header, std::string data, ucp_ep_h reply_ep) {
     if (header.empty()) return;
     if (header[0] == '\1') {  // the header is at the start of the data (Send)
       if (header.size() < 5) return;
@@ -523,7 +539,10 @@ class UcxNode::Impl {
     const uint32_t err_len = GetU32(header.data() + 8);
     if (header.size() < 12 + size_t{err_len}) return;
     auto it = calls_.find(call_id);
-    if (it == calls_.end()) return;  // timed out meanwhile
+    if (it == calls_.end()) {  // timed out meanwhile
+      Recycle(std::move(data));
+      return;
+    }
     PendingCall call = std::move(it->second);
     calls_.erase(it);
     Status st;
@@ -533,7 +552,7 @@ class UcxNode::Impl {
                ? serve::FromRpc(error).WithContext("peer")
                : Status::Corruption("ucx: a reply whose error does not parse");
     }
-    Complete(std::move(call), std::move(st), header.substr(12 + err_len), std::move(data), landed);
+    Complete(std::move(call), std::move(st), header.substr(12 + err_len), std::move(data));
   }
 
   void Reply(ucp_ep_h reply_ep, uint64_t call_id, const Status& st, const std::string& header,
@@ -550,17 +569,41 @@ class UcxNode::Impl {
   void ExpireDeadlines() {
     const auto now = Clock::now();
     std::vector<uint64_t> late;
+    std::vector<std::string> silent;  // peers of calls past their deadline
     for (auto& [id, c] : calls_) {
-      if (c.deadline <= now) late.push_back(id);
+      if (c.deadline <= now) {
+        late.push_back(id);
+        if (std::find(silent.begin(), silent.end(), c.peer) == silent.end()) {
+          silent.push_back(c.peer);
+        }
+      }
     }
     for (uint64_t id : late) FailCall(id, Status::DeadlineExceeded("ucx: no reply in time"));
+    // A peer that let a call run out is treated as gone: its endpoint is closed (what is still
+    // in flight on it fails now rather than at its own deadline), and the next request connects
+    // again, so a link that comes back is used afresh instead of through a connection stuck
+    // behind what the outage left in it.
+    for (const std::string& peer : silent) ClosePeer(peer);
     std::vector<PendingGet*> late_gets;
+    std::vector<uint64_t> late_ids;
+    std::vector<std::string> late_peers;
     for (auto& [id, g] : gets_) {
       if (g->deadline <= now && !g->cancelled) late_gets.push_back(g.get());
     }
     for (PendingGet* g : late_gets) {
       if (g->status.ok()) g->status = Status::DeadlineExceeded("ucx: get not done in time");
-      CancelGet(g);
+      late_ids.push_back(g->id);
+      late_peers.push_back(g->peer);
+    }
+    for (size_t i = 0; i < late_ids.size(); ++i) {
+      // UCX cancels some kinds of requests only (not gets over every transport): the ones left
+      // are ended by closing the endpoint, which completes them with an error. A peer that did
+      // not answer in time is treated as gone; the next request connects again.
+      auto it = gets_.find(late_ids[i]);
+      if (it == gets_.end()) continue;
+      CancelGet(it->second.get());
+      it = gets_.find(late_ids[i]);
+      if (it != gets_.end() && !it->second->outstanding.empty()) ClosePeer(late_peers[i]);
     }
   }
 
@@ -629,6 +672,7 @@ class UcxNode::Impl {
   std::unordered_map<uint64_t, std::unique_ptr<PendingGet>> gets_;
   std::unordered_map<uint64_t, ucp_mem_h> regs_;
   std::vector<void*> closing_;
+  std::vector<std::string> spare_;  // TakeBuffer, Recycle
 };
 
 UcxNode::UcxNode(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
@@ -675,13 +719,16 @@ void UcxNode::Call(std::string_view peer, uint32_t id, std::string header, std::
 }
 
 void UcxNode::CallInto(std::string_view peer, uint32_t id, std::string header, std::string data,
-                       std::chrono::milliseconds timeout, char* into, size_t capacity,
+                       std::chrono::milliseconds timeout, std::vector<Segment> into,
                        IntoCallback done) {
+  size_t capacity = 0;
+  for (const Segment& seg : into) capacity += seg.len;
   impl_->Post([impl = impl_.get(), peer = std::string(peer), id, header = std::move(header),
-               data = std::move(data), timeout, into, capacity, done = std::move(done)]() mutable {
+               data = std::move(data), timeout, into = std::move(into), capacity,
+               done = std::move(done)]() mutable {
     Impl::PendingCall call;
     call.done_into = std::move(done);
-    call.into = into;
+    call.into = std::move(into);
     call.capacity = capacity;
     impl->DoCall(std::move(peer), id, std::move(header), std::move(data), timeout, std::move(call));
   });

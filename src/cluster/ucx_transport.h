@@ -79,12 +79,23 @@ class UcxNode {
 
   void Call(std::string_view peer, uint32_t id, std::string header, std::string data,
             std::chrono::milliseconds timeout, ReplyCallback done);
-  // Call, with the reply's data landing in [into, into + capacity) instead of a string (UCX
-  // receives a large one straight there): `done` gets its length. A reply longer than `capacity`
-  // fails the call (InvalidArgument). `into` stays untouched by anyone else until `done` runs.
+  // Call, with the reply's data scattered over `into` (in order) instead of handed over as a
+  // string: `done` gets its length. A reply longer than the segments together fails the call
+  // (InvalidArgument). The segments are written only before `done` runs, never after: a large
+  // reply is received into the node's own buffer and copied into place if its call is still
+  // waiting, so a call that timed out leaves the caller's memory alone whatever arrives later.
+  struct Segment {
+    char* base = nullptr;
+    size_t len = 0;
+  };
   using IntoCallback = std::function<void(Status status, std::string header, size_t length)>;
   void CallInto(std::string_view peer, uint32_t id, std::string header, std::string data,
-                std::chrono::milliseconds timeout, char* into, size_t capacity, IntoCallback done);
+                std::chrono::milliseconds timeout, std::vector<Segment> into, IntoCallback done);
+  void CallInto(std::string_view peer, uint32_t id, std::string header, std::string data,
+                std::chrono::milliseconds timeout, char* into, size_t capacity, IntoCallback done) {
+    CallInto(peer, id, std::move(header), std::move(data), timeout, {Segment{into, capacity}},
+             std::move(done));
+  }
   // Call, waiting for the reply.
   Result<std::pair<std::string, std::string>> CallSync(std::string_view peer, uint32_t id,
                                                        std::string header, std::string data,
