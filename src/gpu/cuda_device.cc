@@ -27,10 +27,9 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::Open(const CudaLibraries& libs, 
   int runtime = 0, driver = 0;
   (void)d->rt_.RuntimeGetVersion(&runtime);
   (void)d->rt_.DriverGetVersion(&driver);
-  d->describe_ = "cuda:" + std::to_string(ordinal) + " (runtime " +
-                 std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) +
-                 ", driver " + std::to_string(driver / 1000) + "." +
-                 std::to_string(driver % 1000 / 10) + ")";
+  d->describe_ = "cuda:" + std::to_string(ordinal) + " (runtime " + std::to_string(runtime / 1000) +
+                 "." + std::to_string(runtime % 1000 / 10) + ", driver " +
+                 std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10) + ")";
   if (use_cufile) {
     const CUfileError_t e = d->cufile_.DriverOpen();
     if (e.err != 0) {
@@ -128,8 +127,7 @@ Status CudaDevice::Scatter(const void* window, void* const* table, uint64_t row_
 }
 
 Status CudaDevice::Gather(void* window, const void* const* table, uint64_t row_stride,
-                          uint32_t rows, uint32_t cols, uint64_t slice_bytes,
-                          DeviceStream stream) {
+                          uint32_t rows, uint32_t cols, uint64_t slice_bytes, DeviceStream stream) {
   Bind();
   return Check(kernels_.Gather(window, table, row_stride, rows, cols, slice_bytes, stream),
                "gather kernel launch");

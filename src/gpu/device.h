@@ -70,12 +70,10 @@ class Device {
   // Slice (r, c) (r < rows, c < cols) lies at window + (r * cols + c) * slice_bytes and at
   // table[r * row_stride + c]; `table` is in device memory. Scatter: window -> table slots.
   // Gather: table slots -> window.
-  virtual Status Scatter(const void* window, void* const* table, uint64_t row_stride,
-                         uint32_t rows, uint32_t cols, uint64_t slice_bytes,
-                         DeviceStream stream) = 0;
-  virtual Status Gather(void* window, const void* const* table, uint64_t row_stride,
-                        uint32_t rows, uint32_t cols, uint64_t slice_bytes,
-                        DeviceStream stream) = 0;
+  virtual Status Scatter(const void* window, void* const* table, uint64_t row_stride, uint32_t rows,
+                         uint32_t cols, uint64_t slice_bytes, DeviceStream stream) = 0;
+  virtual Status Gather(void* window, const void* const* table, uint64_t row_stride, uint32_t rows,
+                        uint32_t cols, uint64_t slice_bytes, DeviceStream stream) = 0;
   virtual Status Record(DeviceEvent event, DeviceStream stream) = 0;
   // `stream`'s later work waits for `event`'s last recording to complete.
   virtual Status StreamWait(DeviceStream stream, DeviceEvent event) = 0;

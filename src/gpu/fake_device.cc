@@ -161,8 +161,7 @@ Status FakeDevice::Scatter(const void* window, void* const* table, uint64_t row_
 }
 
 Status FakeDevice::Gather(void* window, const void* const* table, uint64_t row_stride,
-                          uint32_t rows, uint32_t cols, uint64_t slice_bytes,
-                          DeviceStream stream) {
+                          uint32_t rows, uint32_t cols, uint64_t slice_bytes, DeviceStream stream) {
   Enqueue(stream, [=, this] {
     for (uint32_t r = 0; r < rows; ++r) {
       for (uint32_t c = 0; c < cols; ++c) {

@@ -12,6 +12,7 @@
 #include "gpu/fake_device.h"
 #include "gpu/gpu_transfer.h"
 #include "store/flat_store.h"
+#include "testing/paged_pool.h"
 #include "testing/store_blocks.h"
 #include "util/block_content.h"
 #include "util/temp_dir.h"
@@ -19,49 +20,11 @@
 namespace flatcake::gpu {
 namespace {
 
+using testing::HostPagedPool;
+using testing::ReversedPages;
 using testing::SmallStoreOptions;
 
 constexpr KvLayout kLayout{4, 2, 16 * kKiB};  // 128 KiB blocks
-
-// The engine's paged pool as the fake device holds it: one page array per (layer, plane).
-struct FakePool {
-  KvLayout layout;
-  uint64_t pages;
-  std::vector<std::vector<uint8_t>> arrays;  // [l * P + p]: pages * slice_bytes
-
-  FakePool(const KvLayout& l, uint64_t n) : layout(l), pages(n) {
-    arrays.resize(uint64_t{l.num_layers} * l.num_planes);
-    for (auto& a : arrays) a.assign(n * l.slice_bytes, 0xEE);
-  }
-  DeviceKvTarget Target(const std::vector<uint64_t>& page_of_key) {
-    DeviceKvTarget t;
-    for (auto& a : arrays) t.bases.push_back(a.data());
-    t.pages = page_of_key;
-    return t;
-  }
-  // Whether page `page` holds `key`'s FillBlock content in layers [0, layers).
-  bool Holds(const Key& key, uint64_t page, uint32_t layers) const {
-    std::vector<uint8_t> want(layout.block_bytes());
-    FillBlock(key, want.data(), want.size());
-    const uint64_t S = layout.slice_bytes;
-    for (uint32_t l = 0; l < layers; ++l) {
-      for (uint32_t p = 0; p < layout.num_planes; ++p) {
-        const uint8_t* got = arrays[l * layout.num_planes + p].data() + page * S;
-        if (std::memcmp(got, want.data() + (uint64_t{l} * layout.num_planes + p) * S, S) != 0) {
-          return false;
-        }
-      }
-    }
-    return true;
-  }
-};
-
-// Pages in reverse order, so that no block lands where a plain copy would put it.
-std::vector<uint64_t> ReversedPages(size_t n, uint64_t pool_pages) {
-  std::vector<uint64_t> pages(n);
-  for (size_t i = 0; i < n; ++i) pages[i] = pool_pages - 1 - i;
-  return pages;
-}
 
 class GpuFakeTest : public ::testing::Test {
  protected:
@@ -157,7 +120,7 @@ TEST_F(GpuFakeTest, DramRestorePingPongsThroughTheWindowAndReportsLayersInOrder)
   auto dev = std::make_shared<FakeDevice>(FakeDeviceOptions{std::chrono::microseconds(200)});
   auto t = Transfer(dev, 4 * kLayout.num_planes * kLayout.slice_bytes);
   ASSERT_NE(t, nullptr);
-  FakePool pool(kLayout, 16);
+  HostPagedPool pool(kLayout, 16);
   const auto pages = ReversedPages(keys.size(), 16);
   auto r = t->Restore(keys, kLayout, pool.Target(pages));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -203,7 +166,7 @@ TEST_F(GpuFakeTest, FullWindowWaitsForTheDeviceAndNeverAborts) {
   auto dev = std::make_shared<FakeDevice>();
   auto t = Transfer(dev, 2 * kLayout.num_planes * kLayout.slice_bytes);
   ASSERT_NE(t, nullptr);
-  FakePool pool_a(kLayout, 8), pool_b(kLayout, 8);
+  HostPagedPool pool_a(kLayout, 8), pool_b(kLayout, 8);
   const auto pages = ReversedPages(keys.size(), 8);
   dev->TEST_Pause();
   auto a = t->Restore(keys, kLayout, pool_a.Target(pages));
@@ -235,7 +198,7 @@ TEST_F(GpuFakeTest, CallerStreamWaitsForItsLayer) {
   auto dev = std::make_shared<FakeDevice>(FakeDeviceOptions{std::chrono::microseconds(500)});
   auto t = Transfer(dev, 32 * kMiB);
   ASSERT_NE(t, nullptr);
-  FakePool pool(kLayout, 4);
+  HostPagedPool pool(kLayout, 4);
   const auto pages = ReversedPages(keys.size(), 4);
   auto r = t->Restore(keys, kLayout, pool.Target(pages));
   ASSERT_TRUE(r.ok());
@@ -245,8 +208,7 @@ TEST_F(GpuFakeTest, CallerStreamWaitsForItsLayer) {
   ASSERT_TRUE((*r)->StreamWaitLayer(2, *compute).ok());
   std::vector<uint8_t> seen(kLayout.slice_bytes);
   const uint8_t* page = pool.arrays[2 * kLayout.num_planes].data() + pages[0] * kLayout.slice_bytes;
-  ASSERT_TRUE(
-      dev->Copy(seen.data(), page, seen.size(), CopyKind::kDeviceToDevice, *compute).ok());
+  ASSERT_TRUE(dev->Copy(seen.data(), page, seen.size(), CopyKind::kDeviceToDevice, *compute).ok());
   ASSERT_TRUE(dev->SynchronizeStream(*compute).ok());
   std::vector<uint8_t> want(kLayout.block_bytes());
   FillBlock(keys[0], want.data(), want.size());
@@ -278,7 +240,7 @@ void RestoreMixed(FlatStore& store, std::shared_ptr<FakeDevice> dev, uint64_t sl
   to.max_io_bytes = 16 * kKiB;  // several cuFile reads per run
   auto t = GpuTransfer::Create(store, dev, GpuMode::kFake, to);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
-  FakePool pool(kLayout, 32);
+  HostPagedPool pool(kLayout, 32);
   const auto pages = ReversedPages(keys.size(), 32);
   auto r = (*t)->Restore(keys, kLayout, pool.Target(pages));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -301,16 +263,16 @@ void RestoreMixed(FlatStore& store, std::shared_ptr<FakeDevice> dev, uint64_t sl
 
 TEST_F(GpuFakeTest, SsdAndDramHitsThroughTheBounceWindow) {
   Open(true);
-  RestoreMixed(*store_, std::make_shared<FakeDevice>(), 3 * kLayout.num_planes * kLayout.slice_bytes,
-               10);
+  RestoreMixed(*store_, std::make_shared<FakeDevice>(),
+               3 * kLayout.num_planes * kLayout.slice_bytes, 10);
 }
 
 TEST_F(GpuFakeTest, SsdAndDramHitsThroughDirectFileReads) {
   Open(true);
   FakeDeviceOptions fo;
   fo.direct_file_io = true;
-  RestoreMixed(*store_, std::make_shared<FakeDevice>(fo), 3 * kLayout.num_planes * kLayout.slice_bytes,
-               11);
+  RestoreMixed(*store_, std::make_shared<FakeDevice>(fo),
+               3 * kLayout.num_planes * kLayout.slice_bytes, 11);
 }
 
 // A DRAM block whose stored bytes changed is a miss, counted corrupt; the others are served.
@@ -332,7 +294,7 @@ TEST_F(GpuFakeTest, CorruptBlockIsAMiss) {
     }
   }
   ASSERT_TRUE(flipped);
-  FakePool pool(kLayout, 3);
+  HostPagedPool pool(kLayout, 3);
   auto r = t->Restore(keys, kLayout, pool.Target({0, 1, 2}));
   ASSERT_TRUE(r.ok());
   auto got = (*r)->Wait();
@@ -346,7 +308,7 @@ TEST_F(GpuFakeTest, NoHitRecordsEveryLayerAndReturnsMisses) {
   auto dev = std::make_shared<FakeDevice>();
   auto t = Transfer(dev, 32 * kMiB);
   ASSERT_NE(t, nullptr);
-  FakePool pool(kLayout, 2);
+  HostPagedPool pool(kLayout, 2);
   const auto keys = MakeKeys(5, 0, 2);
   auto r = t->Restore(keys, kLayout, pool.Target({0, 1}));
   ASSERT_TRUE(r.ok());
@@ -364,7 +326,7 @@ TEST_F(GpuFakeTest, CancelledRestoreFailsAbortedAndStillRecordsItsLayers) {
   auto dev = std::make_shared<FakeDevice>();
   auto t = Transfer(dev, 2 * kLayout.num_planes * kLayout.slice_bytes);
   ASSERT_NE(t, nullptr);
-  FakePool pool(kLayout, 8);
+  HostPagedPool pool(kLayout, 8);
   dev->TEST_Pause();  // the pipeline stalls on the window; the cancel lands meanwhile
   auto r = t->Restore(keys, kLayout, pool.Target(ReversedPages(8, 8)));
   ASSERT_TRUE(r.ok());
@@ -380,7 +342,7 @@ TEST_F(GpuFakeTest, BadTargetsAndOversizedLayersAreRefused) {
   Open(false);
   auto t = Transfer(std::make_shared<FakeDevice>(), 4096);
   ASSERT_NE(t, nullptr);
-  FakePool pool(kLayout, 2);
+  HostPagedPool pool(kLayout, 2);
   const auto keys = MakeKeys(7, 0, 2);
   // A block's layer (2 planes x 16 KiB) does not fit a 4 KiB slot.
   EXPECT_EQ(t->Restore(keys, kLayout, pool.Target({0, 1})).status().code(),
@@ -388,7 +350,8 @@ TEST_F(GpuFakeTest, BadTargetsAndOversizedLayersAreRefused) {
   EXPECT_FALSE(t->Restore(keys, kLayout, pool.Target({0})).ok());
   GpuTransferOptions bad;
   bad.window_slots = 1;
-  EXPECT_FALSE(GpuTransfer::Create(*store_, std::make_shared<FakeDevice>(), GpuMode::kFake, bad).ok());
+  EXPECT_FALSE(
+      GpuTransfer::Create(*store_, std::make_shared<FakeDevice>(), GpuMode::kFake, bad).ok());
 }
 
 // Device puts: pages gathered layer-major through a window smaller than the batch (several
@@ -396,7 +359,7 @@ TEST_F(GpuFakeTest, BadTargetsAndOversizedLayersAreRefused) {
 TEST_F(GpuFakeTest, PutFromDevicePagesReadsBackByteExact) {
   Open(true);
   const auto keys = MakeKeys(8, 0, 9);
-  FakePool src(kLayout, 12);
+  HostPagedPool src(kLayout, 12);
   const auto pages = ReversedPages(keys.size(), 12);
   std::vector<uint8_t> block(kLayout.block_bytes());
   const uint64_t S = kLayout.slice_bytes;
@@ -421,7 +384,7 @@ TEST_F(GpuFakeTest, PutFromDevicePagesReadsBackByteExact) {
   auto again = t->Put(keys, kLayout, src.Target(pages));
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->already_present, keys.size());
-  FakePool dst(kLayout, 12);
+  HostPagedPool dst(kLayout, 12);
   auto r = t->Restore(keys, kLayout, dst.Target(pages));
   ASSERT_TRUE(r.ok());
   auto got = (*r)->Wait();

@@ -12,13 +12,14 @@
 namespace flatcake::gpu {
 namespace {
 
-constexpr std::array<std::string_view, 6> kGpuModeNames = {"auto", "gds",  "cufile-compat",
+constexpr std::array<std::string_view, 6> kGpuModeNames = {"auto",   "gds",  "cufile-compat",
                                                            "bounce", "none", "fake"};
 
 // GPUDirect Storage's kernel driver: without it cuFile can only run in compatibility mode.
 bool NvidiaFsLoaded() {
   struct stat st;
-  return stat("/proc/driver/nvidia-fs/version", &st) == 0 || stat("/sys/module/nvidia_fs", &st) == 0;
+  return stat("/proc/driver/nvidia-fs/version", &st) == 0 ||
+         stat("/sys/module/nvidia_fs", &st) == 0;
 }
 
 Result<GpuMode> RequestedMode(const GpuOptions& options) {

@@ -70,8 +70,8 @@ void GpuTransfer::RunPut(PutJob& job) {
       FC_RETURN_IF_ERROR(device_->Copy(table, host_table.data(), L * P * cnt * sizeof(void*),
                                        CopyKind::kHostToDevice, stream_));
       FC_RETURN_IF_ERROR(device_->Gather(window_, static_cast<const void* const*>(table), cnt,
-                                         static_cast<uint32_t>(L * P),
-                                         static_cast<uint32_t>(cnt), S, stream_));
+                                         static_cast<uint32_t>(L * P), static_cast<uint32_t>(cnt),
+                                         S, stream_));
       FC_RETURN_IF_ERROR(device_->Copy(bounce_, window_, cnt * layout.block_bytes(),
                                        CopyKind::kDeviceToHost, stream_));
       // The table's host copy and the bounce window are reused by the next batch.
@@ -85,9 +85,8 @@ void GpuTransfer::RunPut(PutJob& job) {
       }
       const BlockBuffers buffers{BufferKind::kSlicePointers,
                                  std::span<void* const>(ptrs.data(), cnt * L * P)};
-      FC_ASSIGN_OR_RETURN(
-          PutResult r,
-          store_.Put(std::span<const Key>(job.keys).subspan(b0, cnt), layout, buffers, hints));
+      FC_ASSIGN_OR_RETURN(PutResult r, store_.Put(std::span<const Key>(job.keys).subspan(b0, cnt),
+                                                  layout, buffers, hints));
       acc.written += r.written;
       acc.already_present += r.already_present;
       acc.segments += r.segments;

@@ -167,7 +167,6 @@ GpuRestore::~GpuRestore() {
     (void)Wait();
   }
   for (DeviceEvent e : events_) device_->DestroyEvent(e);
-  device_->Free(device_table_);
 }
 
 Result<GetResult> GpuRestore::Wait() {
@@ -250,6 +249,14 @@ Status GpuTransfer::Init() {
     FC_ASSIGN_OR_RETURN(DeviceEvent e, device_->CreateEvent());
     slot_free_.push_back(e);
   }
+  // A chunk has at most one table entry per 512 bytes of its slot (smaller slices go in more
+  // chunks).
+  table_entries_ = std::max<uint64_t>(options_.slot_bytes / 512, kMaxKvPlanes);
+  const uint64_t table_bytes = uint64_t{options_.window_slots} * table_entries_ * sizeof(void*);
+  FC_ASSIGN_OR_RETURN(void* th, device_->AllocateHost(table_bytes));
+  table_host_ = static_cast<void**>(th);
+  FC_ASSIGN_OR_RETURN(void* td, device_->Allocate(table_bytes));
+  table_dev_ = static_cast<void**>(td);
   const SharedMedia media = store_.shared_media();
   arena_ = const_cast<uint8_t*>(store_.dram_arena_base());
   arena_bytes_ = media.dram_bytes;
@@ -260,7 +267,14 @@ Status GpuTransfer::Init() {
   if (geometry_.num_files() > 0) {
     if (direct_) {
       FC_ASSIGN_OR_RETURN(files_, SsdFilePool::OpenFiles(geometry_));
-      FC_RETURN_IF_ERROR(device_->RegisterFiles(files_.fds()));
+      if (Status st = device_->RegisterFiles(files_.fds()); !st.ok()) {
+        // cuFile refuses these files (in GDS mode it wants O_DIRECT): the bounce window serves.
+        direct_note_ = std::string(st.message()) + "; reading through the bounce window";
+        direct_ = false;
+        files_ = SsdPoolFiles();
+      }
+    }
+    if (direct_) {
       (void)device_->RegisterBuffer(window_, bytes);
       file_workers_ = std::make_unique<FileWorkers>(options_.file_workers);
     } else {
@@ -295,6 +309,8 @@ GpuTransfer::~GpuTransfer() {
   if (direct_ && window_ != nullptr) device_->UnregisterBuffer(window_);
   device_->UnregisterFiles();
   for (DeviceEvent e : slot_free_) device_->DestroyEvent(e);
+  device_->Free(table_dev_);
+  device_->FreeHost(table_host_);
   device_->Free(window_);
   device_->FreeHost(bounce_);
   if (arena_registered_) device_->UnregisterHost(arena_);
@@ -356,14 +372,6 @@ Result<std::shared_ptr<GpuRestore>> GpuTransfer::Restore(std::span<const Key> ke
         }
       }
     }
-    auto t = device_->Allocate(r->host_table_.size() * sizeof(void*));
-    if (!t.ok()) return unpin_on_error(t.status());
-    r->device_table_ = *t;
-    // Queued ahead of every scatter of this restore on the same stream.
-    Status st = device_->Copy(r->device_table_, r->host_table_.data(),
-                              r->host_table_.size() * sizeof(void*), CopyKind::kHostToDevice,
-                              stream_);
-    if (!st.ok()) return unpin_on_error(st);
   }
   {
     MutexLock lock(mu_);
@@ -560,17 +568,25 @@ Status GpuTransfer::CompleteChunk(GpuRestore& r, Chunk& c) {
       for (uint32_t j = c.first; j < c.first + c.count; ++j) {
         const PinnedHit& h = r.pin_.hits[j];
         if (h.medium != MediaType::kDram) continue;
-        const uint64_t off = h.offset + SegmentLayout::FromLayerStride(layout, h.layer_stride)
-                                            .RunOffset(c.layer, p);
+        const uint64_t off =
+            h.offset + SegmentLayout::FromLayerStride(layout, h.layer_stride).RunOffset(c.layer, p);
         r.sums_[j].fetch_add(SliceChecksum(arena_ + off, S, c.layer * P + p),
                              std::memory_order_relaxed);
       }
     }
   }
+  // The chunk's destinations, [plane][block], staged in the slot's pinned table (free: the slot's
+  // event completed before StartChunk returned) and copied ahead of the scatter.
   const uint64_t H = r.pin_.hits.size();
-  void* const* table =
-      static_cast<void* const*>(r.device_table_) + uint64_t{c.layer} * P * H + c.first;
-  FC_RETURN_IF_ERROR(device_->Scatter(dev, table, H, P, c.count, S, stream_));
+  void** staged = table_host_ + uint64_t{c.slot} * table_entries_;
+  void** table = table_dev_ + uint64_t{c.slot} * table_entries_;
+  for (uint32_t p = 0; p < P; ++p) {
+    std::copy_n(r.host_table_.data() + (uint64_t{c.layer} * P + p) * H + c.first, c.count,
+                staged + uint64_t{p} * c.count);
+  }
+  FC_RETURN_IF_ERROR(device_->Copy(table, staged, uint64_t{P} * c.count * sizeof(void*),
+                                   CopyKind::kHostToDevice, stream_));
+  FC_RETURN_IF_ERROR(device_->Scatter(dev, table, c.count, P, c.count, S, stream_));
   FC_RETURN_IF_ERROR(device_->Record(slot_free_[c.slot], stream_));
   if (c.last_of_layer) {
     FC_RETURN_IF_ERROR(device_->Record(r.events_[c.layer], stream_));
@@ -594,8 +610,11 @@ void GpuTransfer::RunRestore(const std::shared_ptr<GpuRestore>& rp) {
   const bool admitted = r.pin_.id != 0 && r.admitted_.ok();
   const KvLayout& layout = r.layout_;
   const uint32_t H = static_cast<uint32_t>(r.pin_.hits.size());
-  const uint32_t per_chunk =
-      static_cast<uint32_t>(options_.slot_bytes / (uint64_t{layout.num_planes} * layout.slice_bytes));
+  // At least one: Restore refused a layout whose block's layer exceeds a slot, and a slot's
+  // table has room for every plane.
+  const uint32_t per_chunk = static_cast<uint32_t>(std::max<uint64_t>(
+      1, std::min(options_.slot_bytes / (uint64_t{layout.num_planes} * layout.slice_bytes),
+                  table_entries_ / layout.num_planes)));
   std::vector<Chunk> chunks;
   for (uint32_t l = 0; l < layout.num_layers && H > 0; ++l) {
     for (uint32_t first = 0; first < H; first += per_chunk) {
@@ -641,7 +660,12 @@ void GpuTransfer::RunRestore(const std::shared_ptr<GpuRestore>& rp) {
     }
     prev_started = started;
   }
-  if (!st.ok()) Fail(r, st);
+  if (!st.ok()) {
+    Fail(r, st);
+    // A chunk that failed halfway may have queued copies into its slot without marking the slot
+    // in use: let them land before the next restore reuses the window.
+    (void)device_->SynchronizeStream(stream_);
+  }
   uint32_t recorded;
   {
     MutexLock lock(r.mu_);

@@ -16,8 +16,10 @@
 //     bounce slot and then copied with one cudaMemcpyAsync per run (bounce);
 //   - DRAM hits are copied from the arena (registered with cudaHostRegister) with one
 //     cudaMemcpyAsync per run of consecutive blocks;
-//   - a scatter kernel copies the slot's slices into their page slots, an event records that the
-//     slot is free again, and after a layer's last chunk the layer's event is recorded;
+//   - a scatter kernel copies the slot's slices into their page slots (their addresses go to the
+//     device in a small per-slot table, staged in pinned memory so that the copy is asynchronous),
+//     an event records that the slot is free again, and after a layer's last chunk the layer's
+//     event is recorded;
 //   - the next chunk's reads start before this chunk's copies are issued (one chunk of
 //     lookahead), and a chunk whose slot is still in use waits for that slot's event: a full
 //     window delays restores, it never aborts one.
@@ -41,6 +43,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -73,20 +76,20 @@ Result<std::vector<void*>> ResolveTarget(const DeviceKvTarget& target, const KvL
                                          size_t num_keys);
 
 struct GpuTransferOptions {
-  uint32_t window_slots = 2;        // ping-pong; at least 2
-  uint64_t slot_bytes = 32 * kMiB;  // one layer of up to this many bytes per slot
-  bool verify = true;               // hash what passes through host memory (see above)
-  uint32_t file_workers = 4;        // threads issuing cuFile reads (direct-file modes)
+  uint32_t window_slots = 2;         // ping-pong; at least 2
+  uint64_t slot_bytes = 32 * kMiB;   // one layer of up to this many bytes per slot
+  bool verify = true;                // hash what passes through host memory (see above)
+  uint32_t file_workers = 4;         // threads issuing cuFile reads (direct-file modes)
   uint64_t max_io_bytes = 4 * kMiB;  // cuFile reads are split at this size
 };
 
 struct GpuTransferStats {
   uint64_t restores = 0, puts = 0;
-  uint64_t chunks = 0;        // window slots filled
-  uint64_t window_waits = 0;  // chunks that found their slot still in use and waited
+  uint64_t chunks = 0;                     // window slots filled
+  uint64_t window_waits = 0;               // chunks that found their slot still in use and waited
   uint64_t ssd_bytes = 0, dram_bytes = 0;  // delivered into the window, per medium
-  uint64_t file_reads = 0;    // cuFile reads (direct-file modes)
-  uint64_t host_copies = 0;   // host-to-device copies issued
+  uint64_t file_reads = 0;                 // cuFile reads (direct-file modes)
+  uint64_t host_copies = 0;                // host-to-device copies issued
 };
 
 class GpuTransfer;
@@ -128,19 +131,18 @@ class GpuRestore {
 
   // Set before the handle is shared, then read by the pipeline thread only.
   ReadPin pin_;
-  std::vector<DeviceEvent> events_;   // one per layer
-  std::vector<void*> host_table_;     // destination pointers [l][p][hit]
-  void* device_table_ = nullptr;      // the same, in device memory
+  std::vector<DeviceEvent> events_;                // one per layer
+  std::vector<void*> host_table_;                  // destination pointers [l][p][hit]
   std::unique_ptr<std::atomic<uint64_t>[]> sums_;  // per hit: its slices' checksums, summed
-  bool verified_ = false;             // the sums cover every slice
+  bool verified_ = false;                          // the sums cover every slice
   int64_t arrival_ns_ = 0;
 
   mutable Mutex mu_;
   CondVar cv_;
-  Status admitted_ GUARDED_BY(mu_);        // FC-MAS's answer
+  Status admitted_ GUARDED_BY(mu_);  // FC-MAS's answer
   bool cancelled_ GUARDED_BY(mu_) = false;
   uint32_t layers_recorded_ GUARDED_BY(mu_) = 0;
-  Status status_ GUARDED_BY(mu_);          // the first error
+  Status status_ GUARDED_BY(mu_);  // the first error
   bool done_ GUARDED_BY(mu_) = false;
   GetResult result_ GUARDED_BY(mu_);
 };
@@ -175,6 +177,9 @@ class GpuTransfer {
   GpuMode mode() const { return mode_; }
   bool verifies() const { return verify_; }
   bool direct_file_io() const { return direct_; }
+  // Set when the direct-file mode could not register the pool files with cuFile (they are not
+  // O_DIRECT, say) and the path reads through the bounce window instead.
+  const std::string& direct_note() const { return direct_note_; }
   // Device window plus pinned bounce window.
   uint64_t window_bytes() const;
   uint64_t slot_bytes() const { return options_.slot_bytes; }
@@ -219,8 +224,13 @@ class GpuTransfer {
   bool direct_ = false;
   bool verify_ = true;
   DeviceStream stream_ = nullptr;
-  uint8_t* window_ = nullptr;       // device: window_slots * slot_bytes
-  uint8_t* bounce_ = nullptr;       // pinned host, same size (bounce mode and puts)
+  uint8_t* window_ = nullptr;  // device: window_slots * slot_bytes
+  uint8_t* bounce_ = nullptr;  // pinned host, same size (bounce mode and puts)
+  // Per slot: the scatter's destination table, staged in pinned memory, and on the device.
+  uint64_t table_entries_ = 0;  // per slot
+  void** table_host_ = nullptr;
+  void** table_dev_ = nullptr;
+  std::string direct_note_;  // why a direct-file mode runs the bounce logic instead
   std::vector<DeviceEvent> slot_free_;
   uint64_t next_slot_ = 0;  // chunks started, over every restore: slot = next_slot_ % slots
   uint8_t* arena_ = nullptr;
