@@ -6,6 +6,8 @@
 # 16 cores: under 8 minutes.
 #
 #   scripts/device-check.sh               the check
+#   scripts/device-check.sh --configure-only  the tools, dependencies and configure steps alone (a
+#                                         preflight, also on a machine without a GPU)
 #   scripts/device-check.sh --fetch-deps  on a machine with apt (Debian), downloads the Debian
 #                                         packages the build needs into .device-deps/, for a
 #                                         device machine that has no network: the check unpacks
@@ -160,6 +162,8 @@ if ! configure; then
 fi
 grep -q "GPU kernels: built" "$LOG/configure.log" || fail "the CUDA part was not configured" \
   "$LOG/configure.log"
+note "configured in $(elapsed) s"
+[[ "${1:-}" == "--configure-only" ]] && finish ok
 
 # --- build: the CLI, the GPU tests and the kernels only ---
 STAGE=build

@@ -195,18 +195,19 @@ Result<double> GpuBench::RawSsdSeconds(const std::vector<Key>& keys) {
   ssd_only.ssd = media.ssd;
   AttachedMediaOptions mo = MediaOptionsOf(store_->options());
   FC_ASSIGN_OR_RETURN(auto attached, AttachedMedia::Open(ssd_only, mo));
-  const uint64_t H = pin.hits.size(), P = layout_.num_planes, S = layout_.slice_bytes;
-  FC_ASSIGN_OR_RETURN(void* host, dev_.AllocateHost(H * layout_.block_bytes()));
+  const uint64_t nhits = pin.hits.size(), planes = layout_.num_planes, slice = layout_.slice_bytes;
+  FC_ASSIGN_OR_RETURN(void* host, dev_.AllocateHost(nhits * layout_.block_bytes()));
   std::vector<SliceRead> slices;
-  slices.reserve(H * layout_.num_layers * P);
+  slices.reserve(nhits * layout_.num_layers * planes);
   for (uint32_t l = 0; l < layout_.num_layers; ++l) {
-    for (uint32_t p = 0; p < P; ++p) {
-      for (uint64_t j = 0; j < H; ++j) {
+    for (uint32_t p = 0; p < planes; ++p) {
+      for (uint64_t j = 0; j < nhits; ++j) {
         const PinnedHit& h = pin.hits[j];
         const uint64_t off =
             h.offset + SegmentLayout::FromLayerStride(layout_, h.layer_stride).RunOffset(l, p);
-        slices.push_back(SliceRead{media.ssd.FileOf(off), media.ssd.FileOffset(off), S,
-                                   static_cast<uint8_t*>(host) + ((l * P + p) * H + j) * S, l, 0});
+        slices.push_back(
+            SliceRead{media.ssd.FileOf(off), media.ssd.FileOffset(off), slice,
+                      static_cast<uint8_t*>(host) + ((l * planes + p) * nhits + j) * slice, l, 0});
       }
     }
   }

@@ -23,43 +23,43 @@ bool Resolve(void* handle, const char* name, Fn* fn, std::string* missing) {
 
 Status LoadRuntime(void* h, CudaRuntimeApi* rt) {
   std::string missing;
-  Resolve(h, "cudaGetDeviceCount", &rt->GetDeviceCount, &missing);
-  Resolve(h, "cudaSetDevice", &rt->SetDevice, &missing);
-  Resolve(h, "cudaRuntimeGetVersion", &rt->RuntimeGetVersion, &missing);
-  Resolve(h, "cudaDriverGetVersion", &rt->DriverGetVersion, &missing);
-  Resolve(h, "cudaGetErrorString", &rt->GetErrorString, &missing);
-  Resolve(h, "cudaMalloc", &rt->Malloc, &missing);
-  Resolve(h, "cudaFree", &rt->Free, &missing);
-  Resolve(h, "cudaMallocHost", &rt->MallocHost, &missing);
-  Resolve(h, "cudaFreeHost", &rt->FreeHost, &missing);
-  Resolve(h, "cudaHostRegister", &rt->HostRegister, &missing);
-  Resolve(h, "cudaHostUnregister", &rt->HostUnregister, &missing);
-  Resolve(h, "cudaMemcpy", &rt->Memcpy, &missing);
-  Resolve(h, "cudaMemcpyAsync", &rt->MemcpyAsync, &missing);
-  Resolve(h, "cudaMemset", &rt->Memset, &missing);
-  Resolve(h, "cudaStreamCreateWithFlags", &rt->StreamCreateWithFlags, &missing);
-  Resolve(h, "cudaStreamDestroy", &rt->StreamDestroy, &missing);
-  Resolve(h, "cudaStreamSynchronize", &rt->StreamSynchronize, &missing);
-  Resolve(h, "cudaStreamWaitEvent", &rt->StreamWaitEvent, &missing);
-  Resolve(h, "cudaEventCreateWithFlags", &rt->EventCreateWithFlags, &missing);
-  Resolve(h, "cudaEventDestroy", &rt->EventDestroy, &missing);
-  Resolve(h, "cudaEventRecord", &rt->EventRecord, &missing);
-  Resolve(h, "cudaEventQuery", &rt->EventQuery, &missing);
-  Resolve(h, "cudaEventSynchronize", &rt->EventSynchronize, &missing);
-  Resolve(h, "cudaEventElapsedTime", &rt->EventElapsedTime, &missing);
-  Resolve(h, "cudaDeviceSynchronize", &rt->DeviceSynchronize, &missing);
+  Resolve(h, "cudaGetDeviceCount", &rt->get_device_count, &missing);
+  Resolve(h, "cudaSetDevice", &rt->set_device, &missing);
+  Resolve(h, "cudaRuntimeGetVersion", &rt->runtime_get_version, &missing);
+  Resolve(h, "cudaDriverGetVersion", &rt->driver_get_version, &missing);
+  Resolve(h, "cudaGetErrorString", &rt->get_error_string, &missing);
+  Resolve(h, "cudaMalloc", &rt->malloc, &missing);
+  Resolve(h, "cudaFree", &rt->free, &missing);
+  Resolve(h, "cudaMallocHost", &rt->malloc_host, &missing);
+  Resolve(h, "cudaFreeHost", &rt->free_host, &missing);
+  Resolve(h, "cudaHostRegister", &rt->host_register, &missing);
+  Resolve(h, "cudaHostUnregister", &rt->host_unregister, &missing);
+  Resolve(h, "cudaMemcpy", &rt->memcpy, &missing);
+  Resolve(h, "cudaMemcpyAsync", &rt->memcpy_async, &missing);
+  Resolve(h, "cudaMemset", &rt->memset, &missing);
+  Resolve(h, "cudaStreamCreateWithFlags", &rt->stream_create_with_flags, &missing);
+  Resolve(h, "cudaStreamDestroy", &rt->stream_destroy, &missing);
+  Resolve(h, "cudaStreamSynchronize", &rt->stream_synchronize, &missing);
+  Resolve(h, "cudaStreamWaitEvent", &rt->stream_wait_event, &missing);
+  Resolve(h, "cudaEventCreateWithFlags", &rt->event_create_with_flags, &missing);
+  Resolve(h, "cudaEventDestroy", &rt->event_destroy, &missing);
+  Resolve(h, "cudaEventRecord", &rt->event_record, &missing);
+  Resolve(h, "cudaEventQuery", &rt->event_query, &missing);
+  Resolve(h, "cudaEventSynchronize", &rt->event_synchronize, &missing);
+  Resolve(h, "cudaEventElapsedTime", &rt->event_elapsed_time, &missing);
+  Resolve(h, "cudaDeviceSynchronize", &rt->device_synchronize, &missing);
   if (!missing.empty()) return Status::Unsupported("the CUDA runtime lacks " + missing);
   return Status::OK();
 }
 
 Status LoadKernels(void* h, KvKernelsApi* k) {
   std::string missing;
-  Resolve(h, "flatcake_kv_kernels_abi", &k->Abi, &missing);
-  Resolve(h, "flatcake_kv_scatter", &k->Scatter, &missing);
-  Resolve(h, "flatcake_kv_gather", &k->Gather, &missing);
+  Resolve(h, "flatcake_kv_kernels_abi", &k->abi, &missing);
+  Resolve(h, "flatcake_kv_scatter", &k->scatter, &missing);
+  Resolve(h, "flatcake_kv_gather", &k->gather, &missing);
   if (!missing.empty()) return Status::Unsupported("the kernels library lacks " + missing);
-  if (k->Abi() != kKvKernelsAbi) {
-    return Status::Unsupported("the kernels library has ABI " + std::to_string(k->Abi()) +
+  if (k->abi() != kKvKernelsAbi) {
+    return Status::Unsupported("the kernels library has ABI " + std::to_string(k->abi()) +
                                ", this build wants " + std::to_string(kKvKernelsAbi));
   }
   return Status::OK();
@@ -76,14 +76,14 @@ void LoadCuFile(CudaLibraries* libs) {
   }
   CuFileApi& f = libs->cufile;
   std::string missing;
-  Resolve(h, "cuFileDriverOpen", &f.DriverOpen, &missing);
-  Resolve(h, "cuFileDriverClose", &f.DriverClose, &missing);
-  Resolve(h, "cuFileHandleRegister", &f.HandleRegister, &missing);
-  Resolve(h, "cuFileHandleDeregister", &f.HandleDeregister, &missing);
-  Resolve(h, "cuFileBufRegister", &f.BufRegister, &missing);
-  Resolve(h, "cuFileBufDeregister", &f.BufDeregister, &missing);
-  Resolve(h, "cuFileRead", &f.Read, &missing);
-  Resolve(h, "cuFileWrite", &f.Write, &missing);
+  Resolve(h, "cuFileDriverOpen", &f.driver_open, &missing);
+  Resolve(h, "cuFileDriverClose", &f.driver_close, &missing);
+  Resolve(h, "cuFileHandleRegister", &f.handle_register, &missing);
+  Resolve(h, "cuFileHandleDeregister", &f.handle_deregister, &missing);
+  Resolve(h, "cuFileBufRegister", &f.buf_register, &missing);
+  Resolve(h, "cuFileBufDeregister", &f.buf_deregister, &missing);
+  Resolve(h, "cuFileRead", &f.read, &missing);
+  Resolve(h, "cuFileWrite", &f.write, &missing);
   if (!missing.empty()) {
     libs->cufile_note = "libcufile lacks " + missing;
     return;
@@ -138,8 +138,8 @@ Result<const CudaLibraries*> LoadCudaLibraries() {
   return static_cast<const CudaLibraries*>(libs);
 }
 
-std::string CudaErrorText(const CudaRuntimeApi& rt, cudaError_t err) {
-  const char* s = rt.GetErrorString ? rt.GetErrorString(err) : nullptr;
+std::string CudaErrorText(const CudaRuntimeApi& rt, CudaError err) {
+  const char* s = rt.get_error_string ? rt.get_error_string(err) : nullptr;
   return "CUDA error " + std::to_string(err) + (s ? std::string(": ") + s : std::string());
 }
 

@@ -24,11 +24,11 @@
 namespace flatcake::gpu {
 
 // --- CUDA runtime (cuda_runtime_api.h) ---
-using cudaError_t = int;
-using cudaStream_t = void*;
-using cudaEvent_t = void*;
-inline constexpr cudaError_t kCudaSuccess = 0;
-inline constexpr cudaError_t kCudaErrorNotReady = 600;
+using CudaError = int;
+using CudaStream = void*;
+using CudaEvent = void*;
+inline constexpr CudaError kCudaSuccess = 0;
+inline constexpr CudaError kCudaErrorNotReady = 600;
 enum CudaMemcpyKind : int {
   kCudaMemcpyHostToDevice = 1,
   kCudaMemcpyDeviceToHost = 2,
@@ -40,51 +40,51 @@ inline constexpr unsigned kCudaEventDisableTiming = 0x02;
 inline constexpr unsigned kCudaHostRegisterDefault = 0x00;
 
 struct CudaRuntimeApi {
-  cudaError_t (*GetDeviceCount)(int*);
-  cudaError_t (*SetDevice)(int);
-  cudaError_t (*RuntimeGetVersion)(int*);
-  cudaError_t (*DriverGetVersion)(int*);
-  const char* (*GetErrorString)(cudaError_t);
-  cudaError_t (*Malloc)(void**, size_t);
-  cudaError_t (*Free)(void*);
-  cudaError_t (*MallocHost)(void**, size_t);
-  cudaError_t (*FreeHost)(void*);
-  cudaError_t (*HostRegister)(void*, size_t, unsigned);
-  cudaError_t (*HostUnregister)(void*);
-  cudaError_t (*Memcpy)(void*, const void*, size_t, int);
-  cudaError_t (*MemcpyAsync)(void*, const void*, size_t, int, cudaStream_t);
-  cudaError_t (*Memset)(void*, int, size_t);
-  cudaError_t (*StreamCreateWithFlags)(cudaStream_t*, unsigned);
-  cudaError_t (*StreamDestroy)(cudaStream_t);
-  cudaError_t (*StreamSynchronize)(cudaStream_t);
-  cudaError_t (*StreamWaitEvent)(cudaStream_t, cudaEvent_t, unsigned);
-  cudaError_t (*EventCreateWithFlags)(cudaEvent_t*, unsigned);
-  cudaError_t (*EventDestroy)(cudaEvent_t);
-  cudaError_t (*EventRecord)(cudaEvent_t, cudaStream_t);
-  cudaError_t (*EventQuery)(cudaEvent_t);
-  cudaError_t (*EventSynchronize)(cudaEvent_t);
-  cudaError_t (*EventElapsedTime)(float*, cudaEvent_t, cudaEvent_t);
-  cudaError_t (*DeviceSynchronize)();
+  CudaError (*get_device_count)(int*);
+  CudaError (*set_device)(int);
+  CudaError (*runtime_get_version)(int*);
+  CudaError (*driver_get_version)(int*);
+  const char* (*get_error_string)(CudaError);
+  CudaError (*malloc)(void**, size_t);
+  CudaError (*free)(void*);
+  CudaError (*malloc_host)(void**, size_t);
+  CudaError (*free_host)(void*);
+  CudaError (*host_register)(void*, size_t, unsigned);
+  CudaError (*host_unregister)(void*);
+  CudaError (*memcpy)(void*, const void*, size_t, int);
+  CudaError (*memcpy_async)(void*, const void*, size_t, int, CudaStream);
+  CudaError (*memset)(void*, int, size_t);
+  CudaError (*stream_create_with_flags)(CudaStream*, unsigned);
+  CudaError (*stream_destroy)(CudaStream);
+  CudaError (*stream_synchronize)(CudaStream);
+  CudaError (*stream_wait_event)(CudaStream, CudaEvent, unsigned);
+  CudaError (*event_create_with_flags)(CudaEvent*, unsigned);
+  CudaError (*event_destroy)(CudaEvent);
+  CudaError (*event_record)(CudaEvent, CudaStream);
+  CudaError (*event_query)(CudaEvent);
+  CudaError (*event_synchronize)(CudaEvent);
+  CudaError (*event_elapsed_time)(float*, CudaEvent, CudaEvent);
+  CudaError (*device_synchronize)();
 };
 
 // --- the kernels library (kernels/kv_kernels.cu) ---
 struct KvKernelsApi {
-  int (*Abi)();
-  int (*Scatter)(const void* window, void* const* table, uint64_t row_stride, uint32_t rows,
+  int (*abi)();
+  int (*scatter)(const void* window, void* const* table, uint64_t row_stride, uint32_t rows,
                  uint32_t cols, uint64_t slice_bytes, void* stream);
-  int (*Gather)(void* window, const void* const* table, uint64_t row_stride, uint32_t rows,
+  int (*gather)(void* window, const void* const* table, uint64_t row_stride, uint32_t rows,
                 uint32_t cols, uint64_t slice_bytes, void* stream);
 };
 inline constexpr int kKvKernelsAbi = 1;
 
 // --- cuFile (cufile.h) ---
-using CUfileHandle_t = void*;
-struct CUfileError_t {
+using CuFileHandle = void*;
+struct CuFileError {
   int err;     // CUfileOpError; 0 = CU_FILE_SUCCESS
   int cu_err;  // CUresult
 };
 inline constexpr int kCuFileHandleTypeOpaqueFd = 1;
-struct CUfileDescr_t {
+struct CuFileDescr {
   int type;  // CUfileFileHandleType
   union {
     int fd;
@@ -94,14 +94,14 @@ struct CUfileDescr_t {
 };
 
 struct CuFileApi {
-  CUfileError_t (*DriverOpen)();
-  CUfileError_t (*DriverClose)();
-  CUfileError_t (*HandleRegister)(CUfileHandle_t*, CUfileDescr_t*);
-  void (*HandleDeregister)(CUfileHandle_t);
-  CUfileError_t (*BufRegister)(const void*, size_t, int);
-  CUfileError_t (*BufDeregister)(const void*);
-  ssize_t (*Read)(CUfileHandle_t, void*, size_t, off_t, off_t);
-  ssize_t (*Write)(CUfileHandle_t, const void*, size_t, off_t, off_t);
+  CuFileError (*driver_open)();
+  CuFileError (*driver_close)();
+  CuFileError (*handle_register)(CuFileHandle*, CuFileDescr*);
+  void (*handle_deregister)(CuFileHandle);
+  CuFileError (*buf_register)(const void*, size_t, int);
+  CuFileError (*buf_deregister)(const void*);
+  ssize_t (*read)(CuFileHandle, void*, size_t, off_t, off_t);
+  ssize_t (*write)(CuFileHandle, const void*, size_t, off_t, off_t);
 };
 
 // The loaded libraries: the kernels library (and through it the runtime), and cuFile when found.
@@ -129,6 +129,6 @@ bool BuiltWithCudaKernels();
 Result<const CudaLibraries*> LoadCudaLibraries();
 
 // "cudaErrorMemoryAllocation (2): out of memory" style text for a runtime error.
-std::string CudaErrorText(const CudaRuntimeApi& rt, cudaError_t err);
+std::string CudaErrorText(const CudaRuntimeApi& rt, CudaError err);
 
 }  // namespace flatcake::gpu

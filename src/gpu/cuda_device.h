@@ -56,7 +56,7 @@ class CudaDevice final : public Device {
   CudaDevice(const CudaLibraries& libs, int ordinal, bool use_cufile);
   // OK, or the error naming `what`. Sets the device on this thread first (the runtime's current
   // device is per thread).
-  Status Check(cudaError_t err, const char* what) const;
+  Status Check(CudaError err, const char* what) const;
   void Bind() const;
 
   const CudaRuntimeApi& rt_;
@@ -67,7 +67,7 @@ class CudaDevice final : public Device {
   bool driver_open_ = false;
   std::string describe_;
   Mutex files_mu_;
-  std::vector<CUfileHandle_t> files_ GUARDED_BY(files_mu_);
+  std::vector<CuFileHandle> files_ GUARDED_BY(files_mu_);
 };
 
 }  // namespace flatcake::gpu

@@ -96,12 +96,7 @@ class GpuDeviceTest : public ::testing::Test {
     store_ = std::move(*s);
   }
   void Put(const std::vector<Key>& keys, MediaType medium) {
-    HostBlocks src(kLayout, keys.size());
-    src.Fill(keys);
-    WriteHints hints;
-    hints.force_medium = medium;
-    auto r = store_->Put(keys, kLayout, src.buffers(), hints);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    testing::PutFilled(*store_, keys, kLayout, medium);
   }
   void RestoreInMode(GpuMode mode, std::shared_ptr<Device> dev, uint64_t ns);
 
@@ -193,13 +188,13 @@ TEST_F(GpuDeviceTest, PutFromDevicePagesReadsBack) {
   DevicePool src(*opened_.device, kLayout, 16);
   const auto pages = ReversedPages(keys.size(), 16);
   std::vector<uint8_t> block(kLayout.block_bytes());
-  const uint64_t S = kLayout.slice_bytes;
+  const uint64_t slice = kLayout.slice_bytes;
   for (size_t i = 0; i < keys.size(); ++i) {
     FillBlock(keys[i], block.data(), block.size());
     for (uint32_t l = 0; l < kLayout.num_layers; ++l) {
       for (uint32_t p = 0; p < kLayout.num_planes; ++p) {
-        std::memcpy(src.host().arrays[l * kLayout.num_planes + p].data() + pages[i] * S,
-                    block.data() + (uint64_t{l} * kLayout.num_planes + p) * S, S);
+        std::memcpy(src.host().arrays[l * kLayout.num_planes + p].data() + pages[i] * slice,
+                    block.data() + (uint64_t{l} * kLayout.num_planes + p) * slice, slice);
       }
     }
   }

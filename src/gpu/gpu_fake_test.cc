@@ -37,13 +37,7 @@ class GpuFakeTest : public ::testing::Test {
     store_ = std::move(*s);
   }
   void PutHost(const std::vector<Key>& keys, MediaType medium) {
-    HostBlocks src(kLayout, keys.size());
-    src.Fill(keys);
-    WriteHints hints;
-    hints.force_medium = medium;
-    auto r = store_->Put(keys, kLayout, src.buffers(), hints);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ASSERT_EQ(r->written, keys.size());
+    testing::PutFilled(*store_, keys, kLayout, medium);
   }
   std::unique_ptr<GpuTransfer> Transfer(std::shared_ptr<Device> dev, uint64_t slot_bytes) {
     GpuTransferOptions to;
@@ -225,13 +219,8 @@ void RestoreMixed(FlatStore& store, std::shared_ptr<FakeDevice> dev, uint64_t sl
                   uint64_t ns) {
   const auto dram_keys = MakeKeys(ns, 0, 5);
   const auto ssd_keys = MakeKeys(ns, 100, 7);
-  for (const auto* ks : {&dram_keys, &ssd_keys}) {
-    HostBlocks src(kLayout, ks->size());
-    src.Fill(*ks);
-    WriteHints hints;
-    hints.force_medium = ks == &dram_keys ? MediaType::kDram : MediaType::kSsd;
-    ASSERT_TRUE(store.Put(*ks, kLayout, src.buffers(), hints).ok());
-  }
+  testing::PutFilled(store, dram_keys, kLayout, MediaType::kDram);
+  testing::PutFilled(store, ssd_keys, kLayout, MediaType::kSsd);
   std::vector<Key> keys = ssd_keys;
   keys.insert(keys.begin() + 3, dram_keys.begin(), dram_keys.end());
   keys.push_back(KeyFromId(999, ns));  // a miss
@@ -362,13 +351,13 @@ TEST_F(GpuFakeTest, PutFromDevicePagesReadsBackByteExact) {
   HostPagedPool src(kLayout, 12);
   const auto pages = ReversedPages(keys.size(), 12);
   std::vector<uint8_t> block(kLayout.block_bytes());
-  const uint64_t S = kLayout.slice_bytes;
+  const uint64_t slice = kLayout.slice_bytes;
   for (size_t i = 0; i < keys.size(); ++i) {
     FillBlock(keys[i], block.data(), block.size());
     for (uint32_t l = 0; l < kLayout.num_layers; ++l) {
       for (uint32_t p = 0; p < kLayout.num_planes; ++p) {
-        std::memcpy(src.arrays[l * kLayout.num_planes + p].data() + pages[i] * S,
-                    block.data() + (uint64_t{l} * kLayout.num_planes + p) * S, S);
+        std::memcpy(src.arrays[l * kLayout.num_planes + p].data() + pages[i] * slice,
+                    block.data() + (uint64_t{l} * kLayout.num_planes + p) * slice, slice);
       }
     }
   }

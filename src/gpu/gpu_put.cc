@@ -11,7 +11,7 @@ namespace flatcake::gpu {
 struct GpuTransfer::PutJob {
   std::vector<Key> keys;
   KvLayout layout;
-  std::vector<void*> slices;  // ResolveTarget's: [(i * L + l) * P + p]
+  std::vector<void*> slices;  // ResolveTarget's: [(i * layers + l) * planes + p]
   WriteHints hints;
 
   Mutex mu;
@@ -45,7 +45,7 @@ Result<PutResult> GpuTransfer::Put(std::span<const Key> keys, const KvLayout& la
 
 void GpuTransfer::RunPut(PutJob& job) {
   const KvLayout& layout = job.layout;
-  const uint64_t L = layout.num_layers, P = layout.num_planes, S = layout.slice_bytes;
+  const uint64_t layers = layout.num_layers, planes = layout.num_planes, slice = layout.slice_bytes;
   const uint64_t n = job.keys.size();
   const uint64_t per_batch = std::min<uint64_t>(
       n, uint64_t{options_.window_slots} * options_.slot_bytes / layout.block_bytes());
@@ -53,25 +53,27 @@ void GpuTransfer::RunPut(PutJob& job) {
   void* table = nullptr;
   auto run = [&]() -> Status {
     if (n == 0) return Status::OK();
-    FC_ASSIGN_OR_RETURN(table, device_->Allocate(L * P * per_batch * sizeof(void*)));
-    std::vector<const void*> host_table(L * P * per_batch);
-    std::vector<void*> ptrs(per_batch * L * P);
+    FC_ASSIGN_OR_RETURN(table, device_->Allocate(layers * planes * per_batch * sizeof(void*)));
+    std::vector<const void*> host_table(layers * planes * per_batch);
+    std::vector<void*> ptrs(per_batch * layers * planes);
     for (uint64_t b0 = 0; b0 < n; b0 += per_batch) {
       const uint64_t cnt = std::min(per_batch, n - b0);
-      // Row l * P + p of the window holds that layer and plane of every block: layer-major.
-      for (uint64_t l = 0; l < L; ++l) {
-        for (uint64_t p = 0; p < P; ++p) {
+      // Row l * planes + p of the window holds that layer and plane of every block: layer-major.
+      for (uint64_t l = 0; l < layers; ++l) {
+        for (uint64_t p = 0; p < planes; ++p) {
           for (uint64_t b = 0; b < cnt; ++b) {
-            host_table[(l * P + p) * cnt + b] = job.slices[((b0 + b) * L + l) * P + p];
-            ptrs[(b * L + l) * P + p] = bounce_ + ((l * P + p) * cnt + b) * S;
+            host_table[(l * planes + p) * cnt + b] =
+                job.slices[((b0 + b) * layers + l) * planes + p];
+            ptrs[(b * layers + l) * planes + p] = bounce_ + ((l * planes + p) * cnt + b) * slice;
           }
         }
       }
-      FC_RETURN_IF_ERROR(device_->Copy(table, host_table.data(), L * P * cnt * sizeof(void*),
+      FC_RETURN_IF_ERROR(device_->Copy(table, host_table.data(),
+                                       layers * planes * cnt * sizeof(void*),
                                        CopyKind::kHostToDevice, stream_));
       FC_RETURN_IF_ERROR(device_->Gather(window_, static_cast<const void* const*>(table), cnt,
-                                         static_cast<uint32_t>(L * P), static_cast<uint32_t>(cnt),
-                                         S, stream_));
+                                         static_cast<uint32_t>(layers * planes),
+                                         static_cast<uint32_t>(cnt), slice, stream_));
       FC_RETURN_IF_ERROR(device_->Copy(bounce_, window_, cnt * layout.block_bytes(),
                                        CopyKind::kDeviceToHost, stream_));
       // The table's host copy and the bounce window are reused by the next batch.
@@ -84,7 +86,7 @@ void GpuTransfer::RunPut(PutJob& job) {
         }
       }
       const BlockBuffers buffers{BufferKind::kSlicePointers,
-                                 std::span<void* const>(ptrs.data(), cnt * L * P)};
+                                 std::span<void* const>(ptrs.data(), cnt * layers * planes)};
       FC_ASSIGN_OR_RETURN(PutResult r, store_.Put(std::span<const Key>(job.keys).subspan(b0, cnt),
                                                   layout, buffers, hints));
       acc.written += r.written;

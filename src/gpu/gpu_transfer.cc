@@ -114,23 +114,23 @@ struct GpuTransfer::Run {
 Result<std::vector<void*>> ResolveTarget(const DeviceKvTarget& target, const KvLayout& layout,
                                          size_t num_keys) {
   FC_RETURN_IF_ERROR(ValidateKvLayout(layout));
-  const uint64_t L = layout.num_layers, P = layout.num_planes;
+  const uint64_t layers = layout.num_layers, planes = layout.num_planes;
   std::vector<void*> out;
   if (!target.slices.empty()) {
     if (!target.bases.empty() || !target.pages.empty()) {
       return Status::InvalidArgument("a device target has either slices or bases and pages");
     }
-    if (target.slices.size() != num_keys * L * P) {
+    if (target.slices.size() != num_keys * layers * planes) {
       return Status::InvalidArgument("device target: " + std::to_string(target.slices.size()) +
-                                     " slice pointers for " + std::to_string(num_keys * L * P) +
-                                     " slices");
+                                     " slice pointers for " +
+                                     std::to_string(num_keys * layers * planes) + " slices");
     }
     out = target.slices;
   } else {
-    if (target.bases.size() != L * P) {
+    if (target.bases.size() != layers * planes) {
       return Status::InvalidArgument("device target: " + std::to_string(target.bases.size()) +
-                                     " page arrays for " + std::to_string(L) + " layers x " +
-                                     std::to_string(P) + " planes");
+                                     " page arrays for " + std::to_string(layers) + " layers x " +
+                                     std::to_string(planes) + " planes");
     }
     if (target.pages.size() != num_keys) {
       return Status::InvalidArgument("device target: " + std::to_string(target.pages.size()) +
@@ -140,12 +140,12 @@ Result<std::vector<void*>> ResolveTarget(const DeviceKvTarget& target, const KvL
     if (stride < layout.slice_bytes) {
       return Status::InvalidArgument("device target: page_bytes is below slice_bytes");
     }
-    out.resize(num_keys * L * P);
+    out.resize(num_keys * layers * planes);
     for (size_t i = 0; i < num_keys; ++i) {
-      for (uint64_t l = 0; l < L; ++l) {
-        for (uint64_t p = 0; p < P; ++p) {
-          auto* base = static_cast<uint8_t*>(target.bases[l * P + p]);
-          out[(i * L + l) * P + p] = base ? base + target.pages[i] * stride : nullptr;
+      for (uint64_t l = 0; l < layers; ++l) {
+        for (uint64_t p = 0; p < planes; ++p) {
+          auto* base = static_cast<uint8_t*>(target.bases[l * planes + p]);
+          out[(i * layers + l) * planes + p] = base ? base + target.pages[i] * stride : nullptr;
         }
       }
     }
@@ -339,16 +339,16 @@ Result<std::shared_ptr<GpuRestore>> GpuTransfer::Restore(std::span<const Key> ke
                                                          const DeviceKvTarget& dst,
                                                          const RestoreOptions& options) {
   FC_ASSIGN_OR_RETURN(std::vector<void*> slices, ResolveTarget(dst, layout, keys.size()));
-  const uint64_t L = layout.num_layers, P = layout.num_planes;
-  if (P * layout.slice_bytes > options_.slot_bytes) {
-    return Status::InvalidArgument("one block's layer (" + std::to_string(P * layout.slice_bytes) +
-                                   " bytes) does not fit a window slot of " +
-                                   std::to_string(options_.slot_bytes) + " bytes");
+  const uint64_t layers = layout.num_layers, planes = layout.num_planes;
+  if (planes * layout.slice_bytes > options_.slot_bytes) {
+    return Status::InvalidArgument(
+        "one block's layer (" + std::to_string(planes * layout.slice_bytes) +
+        " bytes) does not fit a window slot of " + std::to_string(options_.slot_bytes) + " bytes");
   }
   std::shared_ptr<GpuRestore> r(new GpuRestore(device_, layout, keys.size()));
   FC_ASSIGN_OR_RETURN(r->pin_, store_.PinRead(owner_, keys, layout));
   const std::vector<PinnedHit>& hits = r->pin_.hits;
-  const uint64_t H = hits.size();
+  const uint64_t nhits = hits.size();
   r->arrival_ns_ = options.arrival_ns == kArrivalNow ? SteadyNowNs() : options.arrival_ns;
   auto unpin_on_error = [&](Status st) {
     (void)store_.Unpin(owner_, r->pin_.id);
@@ -356,19 +356,20 @@ Result<std::shared_ptr<GpuRestore>> GpuTransfer::Restore(std::span<const Key> ke
     r->done_ = true;  // nothing queued: the handle may go
     return st;
   };
-  for (uint64_t l = 0; l < L; ++l) {
+  for (uint64_t l = 0; l < layers; ++l) {
     auto e = device_->CreateEvent();
     if (!e.ok()) return unpin_on_error(e.status());
     r->events_.push_back(*e);
   }
-  r->sums_ = std::make_unique<std::atomic<uint64_t>[]>(H);
-  for (uint64_t j = 0; j < H; ++j) r->sums_[j].store(0, std::memory_order_relaxed);
-  if (H > 0) {
-    r->host_table_.resize(L * P * H);
-    for (uint64_t l = 0; l < L; ++l) {
-      for (uint64_t p = 0; p < P; ++p) {
-        for (uint64_t j = 0; j < H; ++j) {
-          r->host_table_[(l * P + p) * H + j] = slices[(hits[j].key * L + l) * P + p];
+  r->sums_ = std::make_unique<std::atomic<uint64_t>[]>(nhits);
+  for (uint64_t j = 0; j < nhits; ++j) r->sums_[j].store(0, std::memory_order_relaxed);
+  if (nhits > 0) {
+    r->host_table_.resize(layers * planes * nhits);
+    for (uint64_t l = 0; l < layers; ++l) {
+      for (uint64_t p = 0; p < planes; ++p) {
+        for (uint64_t j = 0; j < nhits; ++j) {
+          r->host_table_[(l * planes + p) * nhits + j] =
+              slices[(hits[j].key * layers + l) * planes + p];
         }
       }
     }
@@ -441,7 +442,7 @@ void GpuTransfer::Fail(GpuRestore& r, const Status& st) {
 std::vector<GpuTransfer::Run> GpuTransfer::RunsOf(const GpuRestore& r, const Chunk& c,
                                                   MediaType medium) const {
   const KvLayout& layout = r.layout_;
-  const uint64_t S = layout.slice_bytes;
+  const uint64_t slice = layout.slice_bytes;
   std::vector<Run> runs;
   for (uint32_t p = 0; p < layout.num_planes; ++p) {
     for (uint32_t j = c.first; j < c.first + c.count; ++j) {
@@ -449,17 +450,17 @@ std::vector<GpuTransfer::Run> GpuTransfer::RunsOf(const GpuRestore& r, const Chu
       if (h.medium != medium) continue;
       const uint64_t src =
           h.offset + SegmentLayout::FromLayerStride(layout, h.layer_stride).RunOffset(c.layer, p);
-      const uint64_t slot_off = (uint64_t{p} * c.count + (j - c.first)) * S;
+      const uint64_t slot_off = (uint64_t{p} * c.count + (j - c.first)) * slice;
       if (!runs.empty()) {
         Run& last = runs.back();
         const bool same_file =
             medium != MediaType::kSsd || geometry_.FileOf(src) == geometry_.FileOf(last.src);
         if (last.src + last.len == src && last.slot_off + last.len == slot_off && same_file) {
-          last.len += S;
+          last.len += slice;
           continue;
         }
       }
-      runs.push_back(Run{src, slot_off, S});
+      runs.push_back(Run{src, slot_off, slice});
     }
   }
   return runs;
@@ -505,10 +506,10 @@ Status GpuTransfer::StartChunk(GpuRestore& r, Chunk& c) {
   // Bounce: the reader coalesces the slices (runs of them are one file range) and reads them into
   // the pinned slot, hashing each as it lands.
   const KvLayout& layout = r.layout_;
-  const uint32_t P = layout.num_planes;
+  const uint32_t planes = layout.num_planes;
   uint8_t* host = bounce_ + slot_base;
   std::vector<SliceRead> slices;
-  for (uint32_t p = 0; p < P; ++p) {
+  for (uint32_t p = 0; p < planes; ++p) {
     for (uint32_t j = c.first; j < c.first + c.count; ++j) {
       const PinnedHit& h = r.pin_.hits[j];
       if (h.medium != MediaType::kSsd) continue;
@@ -516,20 +517,20 @@ Status GpuTransfer::StartChunk(GpuRestore& r, Chunk& c) {
           h.offset + SegmentLayout::FromLayerStride(layout, h.layer_stride).RunOffset(c.layer, p);
       uint8_t* dest = host + (uint64_t{p} * c.count + (j - c.first)) * layout.slice_bytes;
       slices.push_back(SliceRead{geometry_.FileOf(off), geometry_.FileOffset(off),
-                                 layout.slice_bytes, dest, 0, j * P + p});
+                                 layout.slice_bytes, dest, 0, j * planes + p});
     }
   }
   SliceCallback on_slice;
   if (verify_) {
-    const uint32_t base_position = c.layer * P;
+    const uint32_t base_position = c.layer * planes;
     std::atomic<uint64_t>* sums = r.sums_.get();
-    on_slice = [sums, base_position, P](const SliceRead& s, const uint8_t* bytes,
-                                        uint8_t* copy_to) {
-      const uint32_t position = base_position + s.tag % P;
+    on_slice = [sums, base_position, planes](const SliceRead& s, const uint8_t* bytes,
+                                             uint8_t* copy_to) {
+      const uint32_t position = base_position + s.tag % planes;
       const uint64_t h =
           copy_to ? CopySliceWithChecksum(copy_to, bytes, s.len, position, CopyStores::kCached)
                   : SliceChecksum(bytes, s.len, position);
-      sums[s.tag / P].fetch_add(h, std::memory_order_relaxed);
+      sums[s.tag / planes].fetch_add(h, std::memory_order_relaxed);
     };
   }
   FC_ASSIGN_OR_RETURN(c.reads, media_->reader()->Start(slices, 1, nullptr, std::move(on_slice)));
@@ -544,8 +545,8 @@ Status GpuTransfer::CompleteChunk(GpuRestore& r, Chunk& c) {
   c.files.reset();
   FC_RETURN_IF_ERROR(st);
   const KvLayout& layout = r.layout_;
-  const uint64_t S = layout.slice_bytes;
-  const uint32_t P = layout.num_planes;
+  const uint64_t slice = layout.slice_bytes;
+  const uint32_t planes = layout.num_planes;
   const uint64_t slot_base = uint64_t{c.slot} * options_.slot_bytes;
   uint8_t* dev = window_ + slot_base;
   uint64_t copies = 0, ssd_bytes = 0, dram_bytes = 0;
@@ -564,29 +565,29 @@ Status GpuTransfer::CompleteChunk(GpuRestore& r, Chunk& c) {
     dram_bytes += run.len;
   }
   if (verify_ && dram_bytes > 0) {
-    for (uint32_t p = 0; p < P; ++p) {
+    for (uint32_t p = 0; p < planes; ++p) {
       for (uint32_t j = c.first; j < c.first + c.count; ++j) {
         const PinnedHit& h = r.pin_.hits[j];
         if (h.medium != MediaType::kDram) continue;
         const uint64_t off =
             h.offset + SegmentLayout::FromLayerStride(layout, h.layer_stride).RunOffset(c.layer, p);
-        r.sums_[j].fetch_add(SliceChecksum(arena_ + off, S, c.layer * P + p),
+        r.sums_[j].fetch_add(SliceChecksum(arena_ + off, slice, c.layer * planes + p),
                              std::memory_order_relaxed);
       }
     }
   }
   // The chunk's destinations, [plane][block], staged in the slot's pinned table (free: the slot's
   // event completed before StartChunk returned) and copied ahead of the scatter.
-  const uint64_t H = r.pin_.hits.size();
+  const uint64_t nhits = r.pin_.hits.size();
   void** staged = table_host_ + uint64_t{c.slot} * table_entries_;
   void** table = table_dev_ + uint64_t{c.slot} * table_entries_;
-  for (uint32_t p = 0; p < P; ++p) {
-    std::copy_n(r.host_table_.data() + (uint64_t{c.layer} * P + p) * H + c.first, c.count,
+  for (uint32_t p = 0; p < planes; ++p) {
+    std::copy_n(r.host_table_.data() + (uint64_t{c.layer} * planes + p) * nhits + c.first, c.count,
                 staged + uint64_t{p} * c.count);
   }
-  FC_RETURN_IF_ERROR(device_->Copy(table, staged, uint64_t{P} * c.count * sizeof(void*),
+  FC_RETURN_IF_ERROR(device_->Copy(table, staged, uint64_t{planes} * c.count * sizeof(void*),
                                    CopyKind::kHostToDevice, stream_));
-  FC_RETURN_IF_ERROR(device_->Scatter(dev, table, c.count, P, c.count, S, stream_));
+  FC_RETURN_IF_ERROR(device_->Scatter(dev, table, c.count, planes, c.count, slice, stream_));
   FC_RETURN_IF_ERROR(device_->Record(slot_free_[c.slot], stream_));
   if (c.last_of_layer) {
     FC_RETURN_IF_ERROR(device_->Record(r.events_[c.layer], stream_));
@@ -609,20 +610,20 @@ void GpuTransfer::RunRestore(const std::shared_ptr<GpuRestore>& rp) {
   }
   const bool admitted = r.pin_.id != 0 && r.admitted_.ok();
   const KvLayout& layout = r.layout_;
-  const uint32_t H = static_cast<uint32_t>(r.pin_.hits.size());
+  const uint32_t nhits = static_cast<uint32_t>(r.pin_.hits.size());
   // At least one: Restore refused a layout whose block's layer exceeds a slot, and a slot's
   // table has room for every plane.
   const uint32_t per_chunk = static_cast<uint32_t>(std::max<uint64_t>(
       1, std::min(options_.slot_bytes / (uint64_t{layout.num_planes} * layout.slice_bytes),
                   table_entries_ / layout.num_planes)));
   std::vector<Chunk> chunks;
-  for (uint32_t l = 0; l < layout.num_layers && H > 0; ++l) {
-    for (uint32_t first = 0; first < H; first += per_chunk) {
+  for (uint32_t l = 0; l < layout.num_layers && nhits > 0; ++l) {
+    for (uint32_t first = 0; first < nhits; first += per_chunk) {
       Chunk c;
       c.layer = l;
       c.first = first;
-      c.count = std::min(per_chunk, H - first);
-      c.last_of_layer = first + c.count >= H;
+      c.count = std::min(per_chunk, nhits - first);
+      c.last_of_layer = first + c.count >= nhits;
       chunks.push_back(std::move(c));
     }
   }

@@ -17,7 +17,7 @@ namespace flatcake::testing {
 struct HostPagedPool {
   KvLayout layout;
   uint64_t pages;
-  std::vector<std::vector<uint8_t>> arrays;  // [l * P + p]: pages * slice_bytes
+  std::vector<std::vector<uint8_t>> arrays;  // [l * planes + p]: pages * slice_bytes
 
   HostPagedPool(const KvLayout& l, uint64_t n) : layout(l), pages(n) {
     arrays.resize(uint64_t{l.num_layers} * l.num_planes);
@@ -33,11 +33,12 @@ struct HostPagedPool {
   bool Holds(const Key& key, uint64_t page, uint32_t layers) const {
     std::vector<uint8_t> want(layout.block_bytes());
     FillBlock(key, want.data(), want.size());
-    const uint64_t S = layout.slice_bytes;
+    const uint64_t slice = layout.slice_bytes;
     for (uint32_t l = 0; l < layers; ++l) {
       for (uint32_t p = 0; p < layout.num_planes; ++p) {
-        const uint8_t* got = arrays[l * layout.num_planes + p].data() + page * S;
-        if (std::memcmp(got, want.data() + (uint64_t{l} * layout.num_planes + p) * S, S) != 0) {
+        const uint8_t* got = arrays[l * layout.num_planes + p].data() + page * slice;
+        if (std::memcmp(got, want.data() + (uint64_t{l} * layout.num_planes + p) * slice, slice) !=
+            0) {
           return false;
         }
       }
