@@ -32,6 +32,8 @@ __all__ = [
     "BUFFER_KINDS",
     "Error",
     "GetResult",
+    "GpuPath",
+    "GpuRestore",
     "KvLayout",
     "LookupResult",
     "PutResult",
@@ -39,6 +41,7 @@ __all__ = [
     "Store",
     "connect",
     "default_options",
+    "gpu_probe",
     "key_hex",
     "normalize_config",
     "open",
@@ -259,6 +262,131 @@ class RestoreHandle:
         return f"RestoreHandle(done={self.done()})"
 
 
+def gpu_probe(mode: str = "auto") -> dict:
+    """The GPU mode this machine runs the device path in ("gds", "cufile-compat", "bounce",
+    "none"; or "fake" when asked for), with the reason and the device; docs/gpu.md."""
+    return dict(_core.gpu_probe(mode))
+
+
+def _device_target(layout: KvLayout, k_buffers: Any, v_buffers: Any, pages: Any,
+                   fake: bool) -> tuple:
+    """(bases, pages, page_bytes) of an engine's paged pool: per layer a K buffer (and a V buffer
+    unless the layout has one plane), each [num_pages, ...] with one page per slot of
+    layout.slice_bytes or more; ``pages`` one page index per key (a list or an integer tensor).
+    CUDA tensors, or CPU tensors on the fake device."""
+    layout.validate()
+    planes = [list(k_buffers)] + ([list(v_buffers)] if v_buffers is not None else [])
+    if len(planes) != layout.num_planes:
+        raise ValueError(f"{len(planes)} buffer lists (K, V) for {layout.num_planes} planes")
+    for plane in planes:
+        if len(plane) != layout.num_layers:
+            raise ValueError(f"{len(plane)} per-layer buffers for {layout.num_layers} layers")
+    want = "cpu" if fake else "cuda"
+    page_bytes = None
+    bases = []
+    for l in range(layout.num_layers):
+        for plane in planes:
+            t = plane[l]
+            if not _is_tensor(t):
+                raise TypeError(f"per-layer buffers must be tensors, got {type(t).__name__}")
+            if t.device.type != want:
+                raise ValueError(f"per-layer buffers must be {want} tensors here, got {t.device}")
+            if not t.is_contiguous() or t.dim() < 1:
+                raise ValueError("per-layer buffers must be contiguous, pages along dim 0")
+            stride = t.stride(0) * t.element_size()
+            if page_bytes is None:
+                page_bytes = stride
+            if stride != page_bytes or stride < layout.slice_bytes:
+                raise ValueError(f"every page must be the same size, at least {layout.slice_bytes}"
+                                 f" bytes (got {stride})")
+            bases.append(t.data_ptr())
+    if _is_tensor(pages):
+        pages = pages.tolist()
+    pages = [int(p) for p in pages]
+    npages = planes[0][0].shape[0]
+    for p in pages:
+        if not 0 <= p < npages:
+            raise ValueError(f"page index {p} out of range ({npages} pages)")
+    return bases, pages, page_bytes
+
+
+class GpuRestore:
+    """A restore into device memory (:meth:`GpuPath.restore`).
+
+    ``wait()`` -> :class:`GetResult` once every layer is in its pages; ``wait_layer(l)`` blocks
+    the host until layer ``l`` is; ``stream_wait_layer(l, stream)`` makes a CUDA stream
+    (``torch.cuda.Stream`` or an int ``cudaStream_t``) wait for layer ``l`` without blocking the
+    host beyond the layer's copies being queued; ``layer_event(l)``: its ``cudaEvent_t`` as an int.
+    The buffers are kept alive until the restore is done.
+    """
+
+    def __init__(self, core: Any, buffers: Any):
+        self._core = core
+        self._buffers = buffers
+
+    def wait(self) -> GetResult:
+        result = self._core.wait()
+        self._buffers = None
+        return result
+
+    def wait_layer(self, layer: int) -> None:
+        self._core.wait_layer(layer)
+
+    def stream_wait_layer(self, layer: int, stream: Any) -> None:
+        handle = getattr(stream, "cuda_stream", stream)
+        self._core.stream_wait_layer(layer, int(handle))
+
+    def layer_event(self, layer: int) -> int:
+        return self._core.layer_event(layer)
+
+    def done(self) -> bool:
+        return self._core.done()
+
+    def cancel(self) -> None:
+        self._core.cancel()
+
+
+class GpuPath:
+    """The store's GPU data path on one CUDA stream (:meth:`Store.gpu`; docs/gpu.md): restores
+    into, and puts from, an engine's paged KV pool in device memory, through a bounded window."""
+
+    def __init__(self, core: Any):
+        self._core = core
+        self._fake = core.info()["mode"] == "fake"
+
+    def restore(self, keys: Sequence[str], layout: KvLayout, k_buffers: Any, v_buffers: Any = None,
+                *, pages: Any, arrival_ns: Optional[int] = None) -> GpuRestore:
+        """Starts restoring ``keys`` into the pages ``pages[i]`` of the per-layer ``k_buffers`` and
+        ``v_buffers`` (one tensor per layer each; ``v_buffers`` None for a one-plane layout)."""
+        keys = list(keys)
+        bases, pages, page_bytes = _device_target(layout, k_buffers, v_buffers, pages, self._fake)
+        if len(pages) != len(keys):
+            raise ValueError(f"{len(pages)} page indices for {len(keys)} keys")
+        core = self._core.restore(keys, layout, bases=bases, pages=pages, page_bytes=page_bytes,
+                                  arrival_ns=arrival_ns)
+        return GpuRestore(core, (k_buffers, v_buffers))
+
+    def put(self, keys: Sequence[str], layout: KvLayout, k_buffers: Any, v_buffers: Any = None, *,
+            pages: Any, prefix_tail: Optional[str] = None,
+            force_medium: Optional[str] = None) -> PutResult:
+        """Writes ``keys`` from their pages of the per-layer buffers; returns once stored."""
+        keys = list(keys)
+        bases, pages, page_bytes = _device_target(layout, k_buffers, v_buffers, pages, self._fake)
+        if len(pages) != len(keys):
+            raise ValueError(f"{len(pages)} page indices for {len(keys)} keys")
+        return self._core.put(keys, layout, bases=bases, pages=pages, page_bytes=page_bytes,
+                              prefix_tail=prefix_tail, force_medium=force_medium)
+
+    def info(self) -> dict:
+        return dict(self._core.info())
+
+    def stats(self) -> dict:
+        return dict(self._core.stats())
+
+    def close(self) -> None:
+        self._core.close()
+
+
 class Store:
     """A FlatCake store. Thread-safe; every method may be called from any thread.
 
@@ -334,6 +462,14 @@ class Store:
 
     def options(self) -> dict:
         return self._core.options()
+
+    def gpu(self, mode: str = "auto", *, slot_bytes: Any = 32 << 20, slots: int = 2,
+            verify: bool = True) -> GpuPath:
+        """A GPU data path on this store (docs/gpu.md): ``mode`` "auto" (or FLATCAKE_GPU_MODE),
+        "gds", "cufile-compat", "bounce", or "fake" (host memory, for tests). Its window is
+        ``slots`` slots of ``slot_bytes``. Raises :class:`flatcake.Error` (code "Unsupported",
+        with the reason) where no GPU can be used."""
+        return GpuPath(self._core.gpu(mode, parse_size(slot_bytes, "slot_bytes"), slots, verify))
 
     def close(self) -> None:
         """Waits for in-flight calls, then releases the store's memory, files and threads."""

@@ -32,6 +32,7 @@
 #include "serve/remote_store.h"
 #endif
 #include "py_convert.h"
+#include "py_gpu.h"
 #include "util/thread_annotations.h"
 
 namespace flatcake::py {
@@ -189,7 +190,31 @@ class PyStore {
         Unwrap(WithStore([](Store& s) -> Result<StoreOptions> { return s.options(); })));
   }
 
+  // A GPU transfer path on this store (py_gpu.h); closed with the store.
+  std::shared_ptr<PyGpuTransfer> Gpu(const std::string& mode, uint64_t slot_bytes, uint32_t slots,
+                                     bool verify) EXCLUDES(mu_, restores_mu_) {
+    std::optional<std::shared_ptr<PyGpuTransfer>> t;
+    {
+      ReaderLock lock(mu_);  // the GIL stays held: OpenGpuTransfer raises Python errors
+      if (store_ != nullptr) t = OpenGpuTransfer(*store_, mode, slot_bytes, slots, verify);
+    }
+    if (!t) RaiseStatus(Status::Aborted("the store is closed"));
+    MutexLock reg(restores_mu_);
+    gpus_.push_back(*t);
+    return *t;
+  }
+
   void Close() EXCLUDES(mu_, restores_mu_) {
+    // The GPU paths reference the store: they go first, each waiting for its own work.
+    std::vector<std::shared_ptr<PyGpuTransfer>> gpus;
+    {
+      MutexLock reg(restores_mu_);
+      for (auto& w : gpus_) {
+        if (auto g = w.lock()) gpus.push_back(std::move(g));
+      }
+      gpus_.clear();
+    }
+    for (auto& g : gpus) g->Close();
     std::unique_ptr<Store> doomed;
     {
       pyb::gil_scoped_release release;
@@ -258,6 +283,7 @@ class PyStore {
   std::unique_ptr<Store> store_ GUARDED_BY(mu_);  // null after Close()
   Mutex restores_mu_;
   std::vector<std::weak_ptr<RestoreHandle>> restores_ GUARDED_BY(restores_mu_);
+  std::vector<std::weak_ptr<PyGpuTransfer>> gpus_ GUARDED_BY(restores_mu_);
   size_t registry_floor_ GUARDED_BY(restores_mu_) = 64;
 };
 
@@ -415,6 +441,9 @@ void BindStore(pyb::module_& m) {
       .def("stats", &py::PyStore::Stats)
       .def("info", &py::PyStore::Info)
       .def("options", &py::PyStore::Options)
+      .def("gpu", &py::PyStore::Gpu, arg("mode") = "auto", arg("slot_bytes") = 32ull << 20,
+           arg("slots") = 2, arg("verify") = true,
+           "A GPU transfer path on this store (docs/gpu.md); flatcake.Error without a GPU.")
       .def("close", &py::PyStore::Close)
       .def_property_readonly("closed", &py::PyStore::closed);
 }
@@ -467,5 +496,6 @@ PYBIND11_MODULE(_core, m) {
   py::BindValueTypes(m);
   py::BindRestoreTypes(m);
   py::BindStore(m);
+  py::BindGpu(m);
   py::BindModuleFunctions(m);
 }

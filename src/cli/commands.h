@@ -29,6 +29,8 @@ void RegisterSchedBench(CLI::App& bench, int* exit_code);
 void RegisterRoundTripBench(CLI::App& bench, int* exit_code);
 void RegisterRecoverBench(CLI::App& bench, int* exit_code);
 void RegisterPathsBench(CLI::App& bench, int* exit_code);
+// `bench gpu` (bench_gpu.cc): the GPU data path; exits 1 without a GPU unless --fake.
+void RegisterGpuBench(CLI::App& bench, int* exit_code);
 // `bench daemon` (bench_daemon.cc) needs the daemon; serve_commands_absent.cc has its stand-in.
 void RegisterDaemonBench(CLI::App& bench, int* exit_code);
 // `bench cluster` (bench_cluster.cc) needs the daemon and UCX; serve_commands_absent.cc has its

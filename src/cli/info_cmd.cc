@@ -2,28 +2,32 @@
 // capacities.
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/report_format.h"
 #include "cli/store_flags.h"
 #include "flatcake/store.h"
+#include "gpu/device.h"
 
 namespace flatcake::cli {
 namespace {
 
 struct InfoArgs {
   StoreOptions options;
+  std::string gpu_mode = "auto";
   bool json = false;
 };
 
-void PrintJson(const StoreInfo& info, const StoreStats& st) {
+void PrintJson(const StoreInfo& info, const StoreStats& st, const gpu::GpuProbe& gpu) {
   std::printf(
       "{\"dram_capacity_bytes\": %lu, \"ssd_capacity_bytes\": %lu, \"ssd_files\": %u, "
       "\"ssd_durable\": %s, \"journal_path\": \"%s\", \"sync\": \"%s\", "
       "\"recovered\": %s, \"recovered_scopes\": %lu, \"recovered_segments\": %lu, "
       "\"recovered_blocks\": %lu, \"recovered_bytes\": %lu, \"skipped_records\": %lu, "
       "\"recovery_read_bytes\": %lu, \"recovery_s\": %.6f, \"journal_bytes\": %lu, "
-      "\"io_engine\": \"%s\", \"dram_page_mode\": \"%s\", \"dram_backing\": \"%s\"}\n",
+      "\"io_engine\": \"%s\", \"dram_page_mode\": \"%s\", \"dram_backing\": \"%s\", "
+      "\"gpu_mode\": \"%s\", \"gpu_reason\": %s, \"gpu_device\": %s}\n",
       static_cast<unsigned long>(st.dram.capacity_bytes),
       static_cast<unsigned long>(st.ssd.capacity_bytes), info.ssd_files,
       info.ssd_durable ? "true" : "false", info.journal_path.c_str(), info.sync_mode.c_str(),
@@ -34,19 +38,27 @@ void PrintJson(const StoreInfo& info, const StoreStats& st) {
       static_cast<unsigned long>(info.skipped_records),
       static_cast<unsigned long>(info.recovery_read_bytes), info.recovery_seconds,
       static_cast<unsigned long>(st.journal_bytes), info.io_engine.c_str(),
-      info.dram_page_mode.c_str(), info.dram_backing.c_str());
+      info.dram_page_mode.c_str(), info.dram_backing.c_str(),
+      std::string(gpu::GpuModeName(gpu.mode)).c_str(), nlohmann::json(gpu.reason).dump().c_str(),
+      nlohmann::json(gpu.device).dump().c_str());
 }
 
 int RunInfo(InfoArgs& a) {
   if (int rc = ReportArgError("info", ValidateStoreOptions(a.options))) return rc;
+  gpu::GpuOptions go;
+  auto mode = gpu::ParseGpuMode(a.gpu_mode);
+  if (int rc = ReportArgError("info", mode.status())) return rc;
+  go.mode = *mode;
   auto opened = Store::Open(a.options);
   if (!opened.ok()) return ReportOpenError("info", opened.status());
   const Store& store = **opened;
   const StoreOptions& o = store.options();
   const StoreInfo info = store.GetInfo();
   const StoreStats st = store.GetStats();
+  // A forced mode the machine cannot run is reported as `none`, with what is missing.
+  const gpu::GpuProbe gpu = gpu::ProbeGpu(go);
   if (a.json) {
-    PrintJson(info, st);
+    PrintJson(info, st, gpu);
     return 0;
   }
   std::printf("FlatCake store, node %u\n", o.node_id);
@@ -95,6 +107,10 @@ int RunInfo(InfoArgs& a) {
               FormatBytes(o.read_window_bytes).c_str(), FormatBytes(o.max_gap_bytes).c_str(),
               FormatBytes(o.max_io_bytes).c_str(),
               o.verify_checksums ? "verified" : "not verified");
+  std::printf("GPU mode      : %s", std::string(gpu::GpuModeName(gpu.mode)).c_str());
+  if (!gpu.device.empty()) std::printf(", %s", gpu.device.c_str());
+  if (!gpu.reason.empty()) std::printf(" (%s)", gpu.reason.c_str());
+  std::printf("\n");
   return 0;
 }
 
@@ -106,6 +122,10 @@ void RegisterInfoCommand(CLI::App& app, int* exit_code) {
                                      "Open a store and print its configuration, media "
                                      "and capacities");
   AddStoreFlags(cmd, &args->options);
+  cmd->add_option("--gpu-mode", args->gpu_mode,
+                  "GPU data path mode to probe: auto, gds, cufile-compat, bounce, none or fake "
+                  "(auto reads FLATCAKE_GPU_MODE)")
+      ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object instead of the text report");
   cmd->callback([args, exit_code] { *exit_code = RunInfo(*args); });
 }

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   flatcake::cli::RegisterRoundTripBench(*bench, &exit_code);
   flatcake::cli::RegisterRecoverBench(*bench, &exit_code);
   flatcake::cli::RegisterPathsBench(*bench, &exit_code);
+  flatcake::cli::RegisterGpuBench(*bench, &exit_code);
   flatcake::cli::RegisterDaemonBench(*bench, &exit_code);
   flatcake::cli::RegisterClusterBench(*bench, &exit_code);
   try {

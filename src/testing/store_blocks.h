@@ -51,6 +51,18 @@ inline std::vector<uint8_t> ServedBlocks(Store& s, const std::vector<Key>& keys,
   return r->found;
 }
 
+// Puts `keys` with FillBlock's content on `medium`; fails the test unless every key was written.
+inline void PutFilled(Store& s, const std::vector<Key>& keys, const KvLayout& layout,
+                      MediaType medium) {
+  HostBlocks src(layout, keys.size());
+  src.Fill(keys);
+  WriteHints hints;
+  hints.force_medium = medium;
+  auto r = s.Put(keys, layout, src.buffers(), hints);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->written, keys.size());
+}
+
 // `n` times `v`: the expected `found` of a batch served (1) or missing (0) as a whole.
 inline std::vector<uint8_t> AllOf(size_t n, uint8_t v) { return std::vector<uint8_t>(n, v); }
 
