@@ -7,11 +7,11 @@
 //  - kills a random client with SIGKILL every --kill-every seconds on average (exponentially
 //    distributed) and starts it again after 0 to 200 ms;
 //  - once, at --restart-at of the run, puts canary blocks on SSD through its own client, kills
-//    the daemon with SIGKILL and starts it again on the same pool, then restores the canaries:
-//    every one must come back byte-exact (a process kill loses nothing published, whatever the
-//    sync mode);
+//    the daemon with SIGKILL, stops the clients (SIGSTOP), starts the daemon again on the same
+//    pool and restores the canaries before the clients go on (SIGCONT): every one must come back
+//    byte-exact (a process kill loses nothing published, whatever the sync mode);
 //  - sorts the clients' errors into expected ones (the daemon away: from its kill until
-//    kRestartGrace after it listens again; a put refused for space, every scope pinned) and
+//    kRestartGrace after the clients go on; a put refused for space, every scope pinned) and
 //    unexpected ones (anything else, a client that exits by itself, a daemon that dies by
 //    itself).
 // At the end the clients get SIGTERM (they report their last counters), the soak's own client
@@ -57,8 +57,8 @@ using soak::ClientCounters;
 using soak::ProcSample;
 
 constexpr int64_t kNsPerS = 1'000'000'000;
-// After the restarted daemon listens, how long clients' calls may still fail for its absence
-// (each reconnects on its next call, at most once per 50 ms).
+// After the clients go on again (the restarted daemon listening), how long their calls may still
+// fail for its absence (each reconnects on its next call, at most once per 50 ms).
 constexpr int64_t kRestartGrace = 3 * kNsPerS;
 // Descriptors the daemon may hold at the end beyond those it held before any client came.
 constexpr uint32_t kFdSlack = 2;
@@ -212,8 +212,10 @@ Status Soak::StartDaemon() {
   const int64_t deadline = SteadyNowNs() + 60 * kNsPerS;
   while (CountOf(ReadWholeFile(log_), "listening on") == before) {
     if (std::optional<int> st = daemon_->TryWait()) {
-      return Status::Aborted("the daemon exited with status " + std::to_string(*st) + " (see " +
-                             log_ + ")");
+      // The log goes with the temporary directory: its last lines go in the message.
+      const std::string log = ReadWholeFile(log_);
+      return Status::Aborted("the daemon exited with status " + std::to_string(*st) + ": " +
+                             log.substr(log.size() - std::min<size_t>(log.size(), 600)));
     }
     if (SteadyNowNs() > deadline) return Status::Aborted("the daemon did not start within 60 s");
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -359,11 +361,22 @@ Status Soak::RestartDaemon() {
   away_from_ns_ = SteadyNowNs();
   daemon_->Kill(SIGKILL);
   daemon_->Wait();
-  FC_RETURN_IF_ERROR(StartDaemon());
+  // The clients are stopped (their connections are dead already) until the canaries are read
+  // back, so that what the new daemon serves them is what it recovered, not what is left of it
+  // after the clients' writes made it reclaim.
+  for (Slot& s : slots_) {
+    if (s.child != nullptr) s.child->Kill(SIGSTOP);
+  }
+  const Status started = StartDaemon();
+  if (started.ok()) {
+    ++daemon_restarts_;
+    CheckCanaries();
+  }
+  for (Slot& s : slots_) {
+    if (s.child != nullptr) s.child->Kill(SIGCONT);
+  }
   back_ns_ = SteadyNowNs();
-  ++daemon_restarts_;
-  CheckCanaries();
-  return Status::OK();
+  return started;
 }
 
 void Soak::Sample() {
@@ -677,6 +690,14 @@ int RunSoak(SoakArgs a) {
   }
   if (!(a.restart_at > 0) || a.restart_at > 0.5) {
     return ReportArgError("soak", Status::InvalidArgument("--restart-at must be in (0, 0.5]"));
+  }
+  if (a.ssd_bytes < 8 * kMiB || a.ssd_bytes % (8 * 4 * kKiB) != 0) {
+    return ReportArgError(
+        "soak", Status::InvalidArgument("--ssd-bytes must be at least 8 MiB and a multiple of "
+                                        "32 KiB (8 pool files of whole 4 KiB pages)"));
+  }
+  if (a.dram_bytes < 4 * kMiB) {
+    return ReportArgError("soak", Status::InvalidArgument("--dram-bytes must be at least 4 MiB"));
   }
   if (a.seed == 0) a.seed = static_cast<uint64_t>(SteadyNowNs()) % 1000000007 + 1;
   ::signal(SIGPIPE, SIG_IGN);

@@ -116,6 +116,8 @@ TEST(SoakTest, BadFlagsExitTwo) {
   EXPECT_EQ(RunCommand(soak + "--minutes -1 2>&1").status, 2);
   EXPECT_EQ(RunCommand(soak + "--minutes 1 --restart-at 0.9 2>&1").status, 2);
   EXPECT_EQ(RunCommand(soak + "--clients 0 2>&1").status, 2);
+  EXPECT_EQ(RunCommand(soak + "--ssd-bytes 0 2>&1").status, 2);
+  EXPECT_EQ(RunCommand(soak + "--dram-bytes 1M 2>&1").status, 2);
 }
 
 }  // namespace
