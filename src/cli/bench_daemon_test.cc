@@ -2,32 +2,19 @@
 // restored byte verified and both sides measured. No figure is held to a target here (a timed
 // test on a shared machine is noise); the figures go in docs/performance.md.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "testing/command_run.h"
 #include "util/temp_dir.h"
 
 namespace flatcake::cli {
 namespace {
 
-struct CommandRun {
-  int status = -1;
-  std::string out;
-};
-
-CommandRun RunCommand(const std::string& cmd) {
-  CommandRun r;
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) r.out.append(buf, n);
-  const int w = pclose(p);
-  r.status = WIFEXITED(w) ? WEXITSTATUS(w) : -1;
-  return r;
-}
+using flatcake::testing::CommandRun;
+using flatcake::testing::RunCommand;
 
 TEST(BenchDaemonTest, JsonLineCarriesBothSidesAndEveryByteIsVerified) {
   TempDir dir("bench-daemon-test");

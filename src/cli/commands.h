@@ -20,6 +20,8 @@ void RegisterSimulateCommand(CLI::App& app, int* exit_code);
 void RegisterServeCommand(CLI::App& app, int* exit_code);
 void RegisterStatsCommand(CLI::App& app, int* exit_code);
 void RegisterClusterCommand(CLI::App& app, int* exit_code);
+// `flatcake soak` (soak_cmd.cc) runs a daemon; serve_commands_absent.cc has its stand-in.
+void RegisterSoakCommand(CLI::App& app, int* exit_code);
 
 // `flatcake bench <name>`: `bench` is the parent subcommand created by main.
 void RegisterRestoreBench(CLI::App& bench, int* exit_code);

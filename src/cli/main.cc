@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   flatcake::cli::RegisterStatsCommand(app, &exit_code);
   flatcake::cli::RegisterServeCommand(app, &exit_code);
   flatcake::cli::RegisterClusterCommand(app, &exit_code);
+  flatcake::cli::RegisterSoakCommand(app, &exit_code);
   CLI::App* bench = app.add_subcommand("bench",
                                        "Benchmarks; each prints a table, --json adds one "
                                        "JSON object on the last line");

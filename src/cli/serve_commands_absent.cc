@@ -38,6 +38,11 @@ void RegisterClusterCommand(CLI::App& app, int* exit_code) {
                  exit_code);
 }
 
+void RegisterSoakCommand(CLI::App& app, int* exit_code) {
+  RegisterAbsent(app, "soak", "soak", "Soak a daemon with traffic, kills and a restart (not built)",
+                 exit_code);
+}
+
 void RegisterDaemonBench(CLI::App& bench, int* exit_code) {
   RegisterAbsent(bench, "daemon", "bench daemon",
                  "Restore and lookup through the node daemon (not built)", exit_code);

@@ -1,0 +1,28 @@
+// RunCommand: a shell command run to its end (popen), its stdout and exit status, for the tests
+// that run the built `flatcake` binary as a process (bench_daemon_test, soak_test). Test-only.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+namespace flatcake::testing {
+
+struct CommandRun {
+  int status = -1;  // its exit status; -1 when it could not run or was killed by a signal
+  std::string out;  // its stdout
+};
+
+inline CommandRun RunCommand(const std::string& cmd) {
+  CommandRun r;
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) r.out.append(buf, n);
+  const int w = pclose(p);
+  r.status = WIFEXITED(w) ? WEXITSTATUS(w) : -1;
+  return r;
+}
+
+}  // namespace flatcake::testing
