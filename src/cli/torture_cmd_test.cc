@@ -68,9 +68,9 @@ TEST(TortureCommandTest, TenThousandFaultsServeNoWrongByte) {
 
 TEST(TortureCommandTest, SameSeedReplaysTheSameOperationsAndFaults) {
   TempDir dir("torture-replay-test");
-  const TortureRun a = Torture(1000, 7, dir);
-  const TortureRun b = Torture(1000, 7, dir);
-  const TortureRun c = Torture(1000, 8, dir);
+  const TortureRun a = Torture(500, 7, dir);
+  const TortureRun b = Torture(500, 7, dir);
+  const TortureRun c = Torture(500, 8, dir);
   ASSERT_EQ(a.status, 0) << a.out;
   ASSERT_EQ(b.status, 0) << b.out;
   ASSERT_EQ(c.status, 0) << c.out;

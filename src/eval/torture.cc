@@ -329,7 +329,6 @@ class Torture {
     // Now and then the wrong layout: refused when anything is present.
     const bool wrong_layout = Draw(40) == 0;
     const KvLayout& layout = kDurableLayouts[wrong_layout ? (li + 1) % kDurableLayouts.size() : li];
-    const bool cancel = Draw(50) == 0;
     HostBlocks dst(layout, r.n);
     std::memset(dst.bytes.data(), 0xA5, dst.bytes.size());
     uint32_t present = 0, torn = 0;
@@ -340,7 +339,6 @@ class Torture {
     auto handle = store_->Restore(keys, layout, dst.buffers());
     Result<GetResult> got = handle.status();
     if (handle.ok()) {
-      if (cancel) (*handle)->Cancel();
       got = (*handle)->Wait();
       handle->reset();
     }
@@ -355,7 +353,6 @@ class Torture {
       return;
     }
     if (!got.ok()) {
-      if (cancel && got.status().code() == StatusCode::kAborted) return Sweep(false, false);
       if (!f.harmful) return Fail("restore failed without a fault: " + got.status().ToString());
       r_.failed_restores++;
       return Sweep(false, false);
