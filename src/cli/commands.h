@@ -13,6 +13,8 @@ void RegisterTraceCommands(CLI::App& app, int* exit_code);
 void RegisterReplayCommand(CLI::App& app, int* exit_code);
 void RegisterFsckCommand(CLI::App& app, int* exit_code);
 void RegisterSimulateCommand(CLI::App& app, int* exit_code);
+// `flatcake torture`: the fault campaign (torture_cmd.cc, eval/torture.h).
+void RegisterTortureCommand(CLI::App& app, int* exit_code);
 // The daemon's commands: `flatcake serve` (serve_cmd.cc), `flatcake stats` (stats_cmd.cc) and
 // `flatcake cluster status` (cluster_cmd.cc);
 // without the serve library (protobuf or toml++ missing at build time) serve_commands_absent.cc

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   flatcake::cli::RegisterReplayCommand(app, &exit_code);
   flatcake::cli::RegisterFsckCommand(app, &exit_code);
   flatcake::cli::RegisterSimulateCommand(app, &exit_code);
+  flatcake::cli::RegisterTortureCommand(app, &exit_code);
   flatcake::cli::RegisterStatsCommand(app, &exit_code);
   flatcake::cli::RegisterServeCommand(app, &exit_code);
   flatcake::cli::RegisterClusterCommand(app, &exit_code);

@@ -18,15 +18,37 @@
 // test learns that file was synced, so the log holds exactly the writes a power loss may still
 // drop or tear.
 //
+// Random faults, for the fault campaign (`flatcake torture`, src/eval/torture.h): every op a
+// FaultSpec does not pick may instead get one fault of a FaultKind with the probabilities of
+// SetRandomFaults. The choice is a hash of (seed, epoch, the op's direction, file, offset and
+// length, and how often that same op was seen in the epoch), not a draw from a shared generator,
+// so it does not depend on the order in which concurrent threads submit: a caller that runs the
+// same operations under the same seed and epochs gets the same faults. What each kind does:
+//   - kReadEio, kWriteEio, kWriteEnospc: nothing is transferred; the op fails with that errno.
+//   - kShortRead, kShortWrite: a 4 KiB-aligned prefix (possibly empty) is transferred, then the
+//     op fails: "unexpected end of file" for a read, ENOSPC or EIO for a write.
+//   - kTornWrite: a random subset of the op's 4 KiB sectors is written, one sector of garbage
+//     lands in place of the data, the rest keep their old bytes; the op reports EIO.
+//   - kTornWriteAcked: the same damage, but the op reports success, like a device that tears a
+//     write it acknowledged (a vectored op is torn as a short write instead, reported EIO).
+//   - kDelayedRead, kDelayedWrite: the op is held back and passed on unchanged, from a thread of
+//     this engine, a few hundred microseconds later; ops submitted after it may complete first.
+//
 // Thread safety: Submit may be called concurrently; specs, counters and the log are guarded by
-// mu_. Spec changes apply to ops submitted afterwards.
+// mu_. Spec changes apply to ops submitted afterwards. The destructor passes on every op still
+// held back and joins the thread that delays them.
 #pragma once
 
+#include <array>
 #include <cerrno>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string_view>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "io/io_engine.h"
@@ -44,6 +66,46 @@ struct FaultSpec {
   uint64_t range_end = std::numeric_limits<uint64_t>::max();
   uint64_t max_faults = std::numeric_limits<uint64_t>::max();
   std::optional<uint64_t> prefix_bytes;  // kShort: bytes transferred before the fault
+};
+
+// The faults SetRandomFaults injects (the class comment says what each does).
+enum class FaultKind : uint8_t {
+  kReadEio,
+  kShortRead,
+  kDelayedRead,
+  kWriteEio,
+  kWriteEnospc,
+  kShortWrite,
+  kTornWrite,
+  kTornWriteAcked,
+  kDelayedWrite,
+};
+inline constexpr size_t kNumFaultKinds = 9;
+// "read_eio", "short_read", "delayed_read", "write_eio", "write_enospc", "short_write",
+// "torn_write", "torn_write_acked", "delayed_write".
+std::string_view FaultKindName(FaultKind kind);
+// Faults that leave the op's outcome as it would have been: an op that got one still succeeds.
+inline bool FaultIsTransparent(FaultKind kind) {
+  return kind == FaultKind::kDelayedRead || kind == FaultKind::kDelayedWrite;
+}
+// Faults whose op reports success although the bytes on the device are not what it wrote.
+inline bool FaultDamagesSilently(FaultKind kind) { return kind == FaultKind::kTornWriteAcked; }
+
+struct RandomFaults {
+  uint64_t seed = 0;
+  // Probability per op of each kind (indexed by FaultKind); read kinds apply to reads, the rest
+  // to writes. Each direction's probabilities must add up to at most 1.
+  std::array<double, kNumFaultKinds> rate{};
+  uint32_t max_delay_us = 400;  // delayed ops wait 1 .. max_delay_us microseconds
+};
+
+// One fault SetRandomFaults injected.
+struct InjectedFault {
+  uint64_t epoch = 0;
+  FaultKind kind = FaultKind::kReadEio;
+  uint32_t file = 0;
+  uint64_t offset = 0;
+  uint64_t len = 0;
 };
 
 // A write the log holds.
@@ -68,6 +130,7 @@ class FaultInjectionIoEngine : public IoEngine {
       : owned_(std::move(base)), base_(owned_.get()) {}
   // Wraps an engine owned elsewhere; it must outlive this one.
   explicit FaultInjectionIoEngine(IoEngine& base) : base_(&base) {}
+  ~FaultInjectionIoEngine() override;
 
   // Shorthands: fail every Nth read / write with `err`.
   void SetReadError(int err = EIO, uint64_t every_nth = 1);
@@ -78,6 +141,19 @@ class FaultInjectionIoEngine : public IoEngine {
   void ClearWrites();
   void Clear();
   Counters counters() const;
+
+  // Random faults from now on (rates all 0: none); ClearRandomFaults stops them.
+  void SetRandomFaults(const RandomFaults& faults);
+  void ClearRandomFaults();
+  // Starts epoch `epoch` of the random faults (a caller's step): the counts of ops seen again
+  // start over.
+  void SetEpoch(uint64_t epoch);
+  // The random faults injected since the last call, in the order they were chosen.
+  std::vector<InjectedFault> TakeInjected();
+  // Random faults injected so far, by kind.
+  std::array<uint64_t, kNumFaultKinds> injected_by_kind() const;
+  // Waits until no delayed op is held back (each was passed on to the wrapped engine).
+  void DrainDelayed();
 
   // Starts logging writes (StopWriteLog stops and drops the log).
   void StartWriteLog();
@@ -108,6 +184,26 @@ class FaultInjectionIoEngine : public IoEngine {
   std::optional<FaultSpec> Pick(const IoOp& op);
   // Logs write `op` (its first op.len bytes), if the log is on.
   void LogWrite(const IoOp& op);
+  // Transfers the first `prefix` bytes of `op` (at most len - 1), then fails it: a read with
+  // "unexpected end of file", a write with `err`.
+  void SubmitPrefix(const IoOp& op, IoCompletionSink* sink, uint64_t prefix, int err);
+  // The random fault for `op`, if it gets one; records it.
+  // Returns its kind and a random number for the fault's details (prefix, sectors, delay).
+  std::optional<std::pair<FaultKind, uint64_t>> PickRandom(const IoOp& op) EXCLUDES(mu_);
+  // Carries out fault `kind` on `op`, reporting to `sink`.
+  void Inject(FaultKind kind, const IoOp& op, IoCompletionSink* sink, uint64_t roll);
+  // Transfers the 4 KiB sectors of write `op` that `roll` picks, garbage in one of them, then
+  // reports `result` (OK: an acknowledged tear).
+  void Tear(const IoOp& op, IoCompletionSink* sink, uint64_t roll, Status result);
+  void Hold(const IoOp& op, IoCompletionSink* sink, uint64_t delay_us) EXCLUDES(mu_);
+  void DelayLoop() EXCLUDES(mu_);
+
+  struct HeldOp {
+    IoOp op;
+    IoCompletionSink* sink;
+  };
+  // (epoch-relative identity of an op: direction, file, offset, length)
+  using OpIdentity = std::tuple<uint8_t, uint32_t, uint64_t, uint64_t>;
 
   std::unique_ptr<IoEngine> owned_;
   IoEngine* base_;
@@ -118,6 +214,19 @@ class FaultInjectionIoEngine : public IoEngine {
   std::vector<int> fds_ GUARDED_BY(mu_);
   bool logging_ GUARDED_BY(mu_) = false;
   std::vector<LoggedWrite> log_ GUARDED_BY(mu_);
+
+  std::optional<RandomFaults> random_ GUARDED_BY(mu_);
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;
+  std::map<OpIdentity, uint64_t> seen_ GUARDED_BY(mu_);  // this epoch
+  std::vector<InjectedFault> injected_ GUARDED_BY(mu_);
+  std::array<uint64_t, kNumFaultKinds> by_kind_ GUARDED_BY(mu_){};
+  // Delayed ops by release time (steady-clock ns) and arrival; the thread that releases them.
+  std::multimap<std::pair<int64_t, uint64_t>, HeldOp> held_ GUARDED_BY(mu_);
+  uint64_t held_seq_ GUARDED_BY(mu_) = 0;
+  uint64_t releasing_ GUARDED_BY(mu_) = 0;  // taken out of held_, not yet passed on
+  bool stop_delay_ GUARDED_BY(mu_) = false;
+  CondVar delay_cv_;
+  std::thread delay_thread_;
 };
 
 }  // namespace flatcake

@@ -1,8 +1,10 @@
 #include "media/ssd_file_pool.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -30,6 +32,27 @@ uint64_t ExistingFileBytes(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return 0;
   return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+// Descriptors a store needs besides its pool files: the directory locks, the journal and its
+// rewrite, the I/O engine's rings and eventfds, a daemon's sockets; a generous allowance.
+constexpr uint64_t kOtherFds = 64;
+
+// Space the pool files already in `dir` hold, of those with index < nfiles that this directory
+// holds (index % ndirs == d), each counted up to `physical_bytes`: what a reopen reuses. Reads the
+// directory's entries, so its cost does not grow with nfiles.
+uint64_t ReusableBytes(const std::string& dir, size_t d, size_t ndirs, uint64_t nfiles,
+                       uint64_t physical_bytes) {
+  DIR* dp = opendir(dir.c_str());
+  if (dp == nullptr) return 0;
+  uint64_t reusable = 0;
+  while (const dirent* e = readdir(dp)) {
+    const std::optional<uint32_t> i = SsdFilePool::ParseFileName(e->d_name);
+    if (!i || *i >= nfiles || *i % ndirs != d) continue;
+    reusable += std::min(ExistingFileBytes(dir + "/" + e->d_name), physical_bytes);
+  }
+  closedir(dp);
+  return reusable;
 }
 
 }  // namespace
@@ -79,6 +102,18 @@ Result<std::unique_ptr<SsdFilePool>> SsdFilePool::Create(const Options& o) {
                                    " is smaller than one pool file (" +
                                    std::to_string(o.file_bytes) + " bytes)");
   }
+  // Every pool file stays open: refuse, before touching anything, a pool the open-file limit
+  // cannot hold (an absurd ssd_bytes lands here too, rather than in a loop over its files).
+  struct rlimit fd_limit {};
+  if (getrlimit(RLIMIT_NOFILE, &fd_limit) == 0 && fd_limit.rlim_cur != RLIM_INFINITY &&
+      nfiles + o.dirs.size() + kOtherFds > fd_limit.rlim_cur) {
+    return Status::NoSpace("the SSD pool needs " + std::to_string(nfiles) +
+                           " pool files open at once (ssd_bytes / ssd_file_bytes) and about " +
+                           std::to_string(o.dirs.size() + kOtherFds) +
+                           " other descriptors, but the open-file limit (ulimit -n) is " +
+                           std::to_string(fd_limit.rlim_cur) +
+                           "; raise the limit, or ssd_file_bytes");
+  }
   std::unique_ptr<SsdFilePool> pool(new SsdFilePool());
   SsdPoolGeometry& geo = pool->geometry_;
   geo.file_bytes = o.file_bytes;
@@ -87,8 +122,6 @@ Result<std::unique_ptr<SsdFilePool>> SsdFilePool::Create(const Options& o) {
   const uint64_t physical_bytes = o.file_bytes + geo.data_offset;
 
   // Validate every directory and lock it before creating any file.
-  std::vector<uint64_t> files_per_dir(o.dirs.size(), 0);
-  for (uint64_t i = 0; i < nfiles; ++i) files_per_dir[i % o.dirs.size()]++;
   for (size_t d = 0; d < o.dirs.size(); ++d) {
     const std::string& dir = o.dirs[d];
     struct stat st {};
@@ -99,50 +132,71 @@ Result<std::unique_ptr<SsdFilePool>> SsdFilePool::Create(const Options& o) {
       return Status::InvalidArgument("SSD path '" + dir + "' is not a directory");
     }
     if (access(dir.c_str(), W_OK | X_OK) != 0) {
-      return Status::InvalidArgument("SSD directory '" + dir + "' is not writable");
+      return Status::InvalidArgument("SSD directory '" + dir + "' is not writable" +
+                                     (errno == EROFS ? " (a read-only file system)" : ""));
     }
     FC_ASSIGN_OR_RETURN(const int lfd, LockDirectory(dir));
     pool->lock_fds_.push_back(lfd);
     struct statvfs vfs {};
     if (statvfs(dir.c_str(), &vfs) != 0) return Status::FromErrno(errno, "statvfs " + dir);
-    uint64_t reusable = 0;
-    for (uint64_t i = d; i < nfiles; i += o.dirs.size()) {
-      reusable +=
-          std::min(ExistingFileBytes(PoolFilePath(dir, static_cast<uint32_t>(i))), physical_bytes);
-    }
-    const uint64_t need = files_per_dir[d] * physical_bytes;
+    const uint64_t files_here = nfiles / o.dirs.size() + (d < nfiles % o.dirs.size() ? 1 : 0);
+    const uint64_t reusable = ReusableBytes(dir, d, o.dirs.size(), nfiles, physical_bytes);
     const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize + reusable;
-    if (avail < need) {
-      return Status::NoSpace("SSD directory '" + dir + "' has " + std::to_string(avail) +
-                             " bytes available, needs " + std::to_string(need) + " for " +
-                             std::to_string(files_per_dir[d]) + " pool files");
+    if (files_here > avail / physical_bytes) {
+      const uint64_t need = files_here * physical_bytes;  // no overflow: below avail's range
+      return Status::NoSpace(
+          "SSD directory '" + dir + "' has " + std::to_string(avail) + " bytes available, needs " +
+          (files_here > UINT64_MAX / physical_bytes ? "more than 2^64" : std::to_string(need)) +
+          " for " + std::to_string(files_here) + " pool files");
     }
   }
 
   if (o.durable) FC_RETURN_IF_ERROR(pool->CheckSuperblocks(o, nfiles));
 
+  // Files this open creates are removed again when it fails: a pool that could not be created
+  // leaves nothing that a later open would take for a damaged pool.
+  std::vector<std::string> created;
+  Status st = pool->OpenFiles(o, nfiles, physical_bytes, &created);
+  if (st.ok()) {
+    pool->alloc_ =
+        std::make_unique<ExtentAllocator>(nfiles * o.file_bytes, o.file_bytes, kAlignment);
+    if (o.durable && !pool->recovered_) st = pool->WriteSuperblocks();
+  }
+  if (!st.ok()) {
+    for (const std::string& path : created) unlink(path.c_str());
+    return st;
+  }
+  return pool;
+}
+
+Status SsdFilePool::OpenFiles(const Options& o, uint64_t nfiles, uint64_t physical_bytes,
+                              std::vector<std::string>* created) {
   auto open_file = o.open_file ? o.open_file : [](const char* path, int flags, mode_t mode) {
     return ::open(path, flags, mode);
   };
+  SsdPoolGeometry& geo = geometry_;
   geo.direct = o.direct_io != DirectIoMode::kOff;
   for (uint64_t i = 0; i < nfiles; ++i) {
     const std::string path = FilePath(o.dirs, static_cast<uint32_t>(i));
+    struct stat existing {};
+    const bool is_new = stat(path.c_str(), &existing) != 0 && errno == ENOENT;
     const int base_flags = O_CREAT | O_RDWR | O_CLOEXEC;
     int fd = -1;
     if (geo.direct) {
       fd = open_file(path.c_str(), base_flags | O_DIRECT, 0644);
       if (fd < 0 && errno == EINVAL && o.direct_io == DirectIoMode::kAuto) {
         geo.direct = false;
-        pool->note_ = "O_DIRECT refused on '" + path + "'; using buffered I/O for the SSD pool";
+        note_ = "O_DIRECT refused on '" + path + "'; using buffered I/O for the SSD pool";
         // Files opened so far keep O_DIRECT; clear it so the pool is uniform.
-        for (int prev : pool->fds_) fcntl(prev, F_SETFL, fcntl(prev, F_GETFL) & ~O_DIRECT);
+        for (int prev : fds_) fcntl(prev, F_SETFL, fcntl(prev, F_GETFL) & ~O_DIRECT);
       } else if (fd < 0 && errno == EINVAL) {
         return Status::Unsupported("O_DIRECT refused on '" + path + "' (direct_io=on)");
       }
     }
     if (fd < 0) fd = open_file(path.c_str(), base_flags, 0644);
     if (fd < 0) return Status::FromErrno(errno, "open SSD pool file '" + path + "'");
-    pool->fds_.push_back(fd);
+    if (is_new) created->push_back(path);
+    fds_.push_back(fd);
     geo.paths.push_back(path);
     if (ftruncate(fd, static_cast<off_t>(physical_bytes)) != 0) {
       return Status::FromErrno(errno, "size SSD pool file '" + path + "'");
@@ -152,9 +206,7 @@ Result<std::unique_ptr<SsdFilePool>> SsdFilePool::Create(const Options& o) {
       return Status::FromErrno(errno, "fallocate SSD pool file '" + path + "'");
     }
   }
-  pool->alloc_ = std::make_unique<ExtentAllocator>(nfiles * o.file_bytes, o.file_bytes, kAlignment);
-  if (o.durable && !pool->recovered_) FC_RETURN_IF_ERROR(pool->WriteSuperblocks());
-  return pool;
+  return Status::OK();
 }
 
 Status SsdFilePool::CheckSuperblocks(const Options& o, uint64_t nfiles) {

@@ -142,6 +142,10 @@ class SsdFilePool {
   // explains why the files cannot be this pool.
   Status CheckSuperblocks(const Options& o, uint64_t nfiles);
   Status WriteSuperblocks();
+  // Opens (creating) and pre-allocates the pool's files; appends to *created the paths of those
+  // that did not exist before.
+  Status OpenFiles(const Options& o, uint64_t nfiles, uint64_t physical_bytes,
+                   std::vector<std::string>* created);
 
   SsdPoolGeometry geometry_;
   bool durable_ = false;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -141,6 +142,49 @@ TEST(SsdFilePool, RejectsBadGeometry) {
   o.total_bytes = 1000;
   EXPECT_TRUE(SsdFilePool::Create(o).status().IsInvalidArgument());
   EXPECT_TRUE(SsdFilePool::Create(PoolOptions({})).status().IsInvalidArgument());
+}
+
+// A pool that could not be created (here: the file table full at the third file) leaves no
+// file behind, so that the next open creates it instead of refusing a "damaged" pool.
+TEST(SsdFilePool, FailedCreationLeavesNoPoolFiles) {
+  TempDir dir;
+  SsdFilePool::Options o = PoolOptions({dir.path()});
+  o.durable = true;
+  o.open_file = [](const char* path, int flags, mode_t mode) {
+    if (std::string(path).find("flatcake-pool-2.dat") != std::string::npos) {
+      errno = EMFILE;
+      return -1;
+    }
+    return ::open(path, flags & ~O_DIRECT, mode);
+  };
+  auto failed = SsdFilePool::Create(o);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().ToString().find("Too many open files"), std::string::npos)
+      << failed.status().ToString();
+  for (uint32_t i = 0; i < 8; ++i) {
+    struct stat st {};
+    EXPECT_NE(stat(SsdFilePool::FilePath({dir.path()}, i).c_str(), &st), 0) << i;
+  }
+  o.open_file = nullptr;
+  auto pool = SsdFilePool::Create(o);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  EXPECT_FALSE((*pool)->recovered());
+}
+
+// More pool files than the open-file limit allows is refused at once, before any file is made,
+// even for an absurd capacity (a billion files: no loop over them).
+TEST(SsdFilePool, RefusesMoreFilesThanTheOpenFileLimit) {
+  TempDir dir;
+  SsdFilePool::Options o = PoolOptions({dir.path()});
+  o.total_bytes = uint64_t{1} << 60;
+  o.file_bytes = 1 * kGiB;
+  auto pool = SsdFilePool::Create(o);
+  ASSERT_FALSE(pool.ok());
+  EXPECT_EQ(pool.status().code(), StatusCode::kNoSpace);
+  EXPECT_NE(pool.status().ToString().find("open-file limit"), std::string::npos)
+      << pool.status().ToString();
+  struct stat st {};
+  EXPECT_NE(stat(SsdFilePool::FilePath({dir.path()}, 0).c_str(), &st), 0);
 }
 
 }  // namespace

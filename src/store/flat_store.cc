@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "store/segment_layout.h"
 #include "store/staging.h"
@@ -127,8 +128,21 @@ Status FlatStore::Init(bool shared) {
     cap = (Capacity(MediaType::kDram) + Capacity(MediaType::kSsd)) / (16 * kKiB);
     cap = std::clamp<uint64_t>(cap * 2, uint64_t{1} << 16, uint64_t{1} << 26);
   }
-  index_ = std::make_unique<BlockIndex>(cap);
-  scopes_ = std::make_unique<ScopeSlot[]>(options_.max_scopes);
+  // Both tables are sized by options alone: an absurd index_capacity or max_scopes is refused
+  // here, with the sizes, rather than ending the process in an allocation failure.
+  try {
+    index_ = std::make_unique<BlockIndex>(cap);
+  } catch (const std::bad_alloc&) {
+    return Status::NoSpace("cannot allocate a block index of " + std::to_string(cap) +
+                           " slots (index_capacity); lower it, or 0 sizes it from the capacities");
+  }
+  try {
+    scopes_ = std::make_unique<ScopeSlot[]>(options_.max_scopes);
+  } catch (const std::bad_alloc&) {
+    return Status::NoSpace("cannot allocate " + std::to_string(options_.max_scopes) +
+                           " scope slots of " + std::to_string(sizeof(ScopeSlot)) +
+                           " bytes (max_scopes); lower it");
+  }
   {
     // Uncontended (no other thread sees the store yet); the lock is taken for the analysis.
     MutexLock lock(mu_);

@@ -85,6 +85,22 @@ class FlatStoreTest : public ::testing::Test {
   std::unique_ptr<FlatStore> store_;
 };
 
+// An index too large to allocate is refused with its size (it used to end the process in an
+// uncaught std::bad_alloc), and leaves the pool directory usable.
+TEST(FlatStoreOpenTest, AbsurdIndexCapacityIsRefusedNotFatal) {
+  TempDir dir;
+  StoreOptions o = SmallOptions(dir.path());
+  o.index_capacity = uint64_t{1} << 40;
+  auto r = FlatStore::OpenWithEngine(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNoSpace);
+  EXPECT_NE(r.status().ToString().find("index_capacity"), std::string::npos)
+      << r.status().ToString();
+  o.index_capacity = 0;
+  auto again = FlatStore::OpenWithEngine(o, nullptr);
+  EXPECT_TRUE(again.ok()) << again.status().ToString();
+}
+
 TEST_F(FlatStoreTest, RoundTripThroughBothMedia) {
   auto dram_keys = MakeKeys(1, 0, 20);
   auto ssd_keys = MakeKeys(2, 0, 20);
