@@ -15,6 +15,14 @@ function(flatcake_test name library)
     set(ARG_TIMEOUT 300)
   endif()
   set(test_env "FLATCAKE_SHARED_DIR=${PROJECT_SOURCE_DIR}/../shared")
+  if(FLATCAKE_SANITIZE MATCHES "address")
+    # An allocation past ASan's limit returns null as malloc does, so that the tests of the
+    # out-of-memory paths (aligned_buffer_test) test them rather than abort.
+    list(APPEND test_env "ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1")
+  endif()
+  if(FLATCAKE_SANITIZE MATCHES "undefined")
+    list(APPEND test_env "UBSAN_OPTIONS=print_stacktrace=1")
+  endif()
   if(FLATCAKE_SANITIZE MATCHES "thread")
     # UCX's memory hooks (libucm patches mmap and madvise at load) crash under ThreadSanitizer's
     # interceptors, in every test binary that links UCX, used or not.

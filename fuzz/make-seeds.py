@@ -124,3 +124,21 @@ put("serve_config", "small", b"\x00" + b'socket_path = "/tmp/fc.sock"\nsocket_mo
     b'[allow]\nuids = [0]\n[tenants.a]\ndram_bytes = "1MiB"\n')
 put("serve_config", "mode", b"\x02" + b"0640")
 put("serve_config", "hostport", b"\x03" + b"[::1]:9100")
+
+# --- pool_recover: a journal image (no mode byte) for fuzz_pool_recover's pool: 16 KiB blocks
+# (2 layers, 2 planes, 4 KiB slices), segments of 4 blocks (64 KiB extents); the target puts its
+# pool's store id into header records and recomputes every checksum.
+def segment(uid, seg_no, base, nblocks=4, session=b"a"):
+    run = (nblocks * 4096 + 4095) // 4096 * 4096
+    body = struct.pack("<QIIIIQQQQIIQ", uid, seg_no, nblocks, 2, 2, 4096, base, run, 4 * run, 1,
+                       len(session), 64)
+    keys = b"".join(struct.pack("<QQ", uid, i) for i in range(nblocks))
+    sums = b"".join(struct.pack("<Q", 1000 + i) for i in range(nblocks))
+    return body + session + keys + sums
+
+
+HEADER_POOL = struct.pack("<QIIQ", 0, 4, 0, 2 << 20)
+POOL = (record(1, 1, HEADER_POOL) + record(2, 2, segment(1, 0, 0)) + record(2, 3, segment(1, 1, 65536))
+        + record(2, 4, segment(2, 0, 2 << 20, session=b"b")) + record(3, 5, struct.pack("<Q", 2)))
+put("pool_recover", "two-scopes", POOL)
+put("pool_recover", "cleared", POOL + record(4, 6, b"") + record(2, 7, segment(3, 0, 131072)))

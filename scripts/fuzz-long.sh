@@ -5,7 +5,8 @@
 # FLATCAKE_FUZZ=ON, ASan + UBSan), then copies them, so that a rebuild during the campaign does
 # not change what runs.
 #   scripts/fuzz-long.sh [--runs N] [--build DIR] [--out DIR] [--no-build] [TARGET ...]
-# TARGETs are the names after fuzz_ (options journal wire serve_config trace); all by default.
+# TARGETs are the names after fuzz_ (options journal wire serve_config trace pool_recover); all
+# but pool_recover (a store opened per execution: slow) by default.
 # Each target's log, grown corpus and any crashing input (crash-*, leak-*, timeout-*) go to
 # OUT/<target>/ (default build-clang/fuzz-long); the summary table goes to OUT/summary.txt.
 # Exits non-zero when any target found a crash.
@@ -23,7 +24,7 @@ while (($#)); do
     *) targets+=("$1"); shift ;;
   esac
 done
-((${#targets[@]})) || targets=(options journal wire serve_config trace)
+((${#targets[@]})) || targets=(options journal wire serve_config trace)  # pool_recover: when named
 out=${out:-$build/fuzz-long}
 if ((do_build)); then
   CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
