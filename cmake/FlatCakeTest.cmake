@@ -15,6 +15,14 @@ function(flatcake_test name library)
     set(ARG_TIMEOUT 300)
   endif()
   set(test_env "FLATCAKE_SHARED_DIR=${PROJECT_SOURCE_DIR}/../shared")
+  if(FLATCAKE_SANITIZE MATCHES "address")
+    # An allocation past ASan's limit returns null as malloc does, so that the tests of the
+    # out-of-memory paths (aligned_buffer_test) test them rather than abort.
+    list(APPEND test_env "ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1")
+  endif()
+  if(FLATCAKE_SANITIZE MATCHES "undefined")
+    list(APPEND test_env "UBSAN_OPTIONS=print_stacktrace=1")
+  endif()
   if(FLATCAKE_SANITIZE MATCHES "thread")
     # UCX's memory hooks (libucm patches mmap and madvise at load) crash under ThreadSanitizer's
     # interceptors, in every test binary that links UCX, used or not.
@@ -26,14 +34,16 @@ function(flatcake_test name library)
   endif()
 endfunction()
 
-# flatcake_component([EXCLUDE file.cc ...]): adds every *.cc in the calling directory, except
-# *_test.cc and the EXCLUDEd files, to the library of its component (flatcake_store for those in
-# FLATCAKE_STORE_COMPONENTS, flatcake_eval for FLATCAKE_EVAL_COMPONENTS, flatcake_serve for
-# FLATCAKE_SERVE_COMPONENTS); each *_test.cc becomes its own test binary linked against that
-# library. Tests whose name ends in _stress_test get the label "stress"; a longer
-# timeout applies to them.
+# flatcake_component([EXCLUDE file.cc ...] [CONCURRENT name_test ...]): adds every *.cc in the
+# calling directory, except *_test.cc and the EXCLUDEd files, to the library of its component
+# (flatcake_store for those in FLATCAKE_STORE_COMPONENTS, flatcake_eval for
+# FLATCAKE_EVAL_COMPONENTS, flatcake_serve for FLATCAKE_SERVE_COMPONENTS); each *_test.cc becomes
+# its own test binary linked against that library. Tests whose name ends in _stress_test get the
+# label "stress"; a longer timeout applies to them. The CONCURRENT tests (names without .cc) get
+# the label "concurrent": tests of code that threads share, which scripts/test.sh runs again under
+# ThreadSanitizer with the stress tests.
 function(flatcake_component)
-  cmake_parse_arguments(ARG "" "" "EXCLUDE" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "EXCLUDE;CONCURRENT" ${ARGN})
   get_filename_component(component ${CMAKE_CURRENT_SOURCE_DIR} NAME)
   if(component IN_LIST FLATCAKE_STORE_COMPONENTS)
     set(library flatcake_store)
@@ -59,8 +69,15 @@ function(flatcake_component)
     get_filename_component(test_name ${test_src} NAME_WE)
     if(test_name MATCHES "_stress_test$")
       flatcake_test(${test_name} ${library} ${test_src} LABELS stress TIMEOUT 900)
+    elseif(test_name IN_LIST ARG_CONCURRENT)
+      flatcake_test(${test_name} ${library} ${test_src} LABELS concurrent)
     else()
       flatcake_test(${test_name} ${library} ${test_src})
+    endif()
+  endforeach()
+  foreach(name ${ARG_CONCURRENT})
+    if(NOT EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${name}.cc)
+      message(FATAL_ERROR "flatcake_component: CONCURRENT ${name}: no ${name}.cc here")
     endif()
   endforeach()
 endfunction()

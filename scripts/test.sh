@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds, and runs every test: the GoogleTest suite (ctest), the
-# concurrency stress tests again under ThreadSanitizer, the library and the other tests again
-# built with clang (thread-safety analysis as errors, no io_uring), the Python suite (pytest), and
-# the clang-format and clang-tidy checks.
+# concurrency tests (labels stress and concurrent) again under ThreadSanitizer, the whole suite
+# again built with clang under AddressSanitizer and UndefinedBehaviorSanitizer (thread-safety
+# analysis as errors), with a short run of each libFuzzer target and its regression inputs, the
+# Python suite (pytest), and the clang-format and clang-tidy checks. docs/reliability.md says
+# what each tree covers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -18,21 +20,30 @@ fi
 echo "== ctest (Release)"
 (cd build && ctest --output-on-failure --timeout 900)
 
-echo "== stress tests under ThreadSanitizer"
+echo "== stress and concurrent tests under ThreadSanitizer"
+# Without io_uring: this tree also checks the build with FLATCAKE_WITH_URING=OFF (src/io's
+# stand-in engine, the tests that skip what needs io_uring); the engines' threads under TSan are
+# the preadv pool's.
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLATCAKE_SANITIZE=thread \
-  -DFLATCAKE_BUILD_PYTHON=OFF -DFLATCAKE_CUDA=OFF
-stress_targets=$(cd build && ctest -N -L stress | sed -n 's/^ *Test *#[0-9]*: //p')
-cmake --build build-tsan -j"$(nproc)" --target $stress_targets
-(cd build-tsan && TSAN_OPTIONS="halt_on_error=1" ctest -L stress --output-on-failure --timeout 900)
+  -DFLATCAKE_WITH_URING=OFF -DFLATCAKE_BUILD_PYTHON=OFF -DFLATCAKE_CUDA=OFF
+tsan_targets=$(cd build && ctest -N -L 'stress|concurrent' | sed -n 's/^ *Test *#[0-9]*: //p')
+cmake --build build-tsan -j"$(nproc)" --target $tsan_targets
+(cd build-tsan && TSAN_OPTIONS="halt_on_error=1" \
+  ctest -L 'stress|concurrent' --output-on-failure --timeout 900)
 
-echo "== clang build: thread-safety analysis, without io_uring"
-# One extra tree checks two things: the lock annotations (-Wthread-safety as errors; gcc ignores
-# them) and the build with FLATCAKE_WITH_URING=OFF, whose tests skip what needs io_uring.
+echo "== clang build: ASan + UBSan, thread-safety analysis, fuzz targets"
+# One more tree checks three things: the whole suite under AddressSanitizer (LeakSanitizer
+# included) and UndefinedBehaviorSanitizer (a report fails its test), the lock annotations
+# (-Wthread-safety as errors; gcc ignores them), and the libFuzzer targets (fuzz/): a short run of
+# each from its seed corpus, and every regression input.
 CC=clang CXX=clang++ cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DFLATCAKE_THREAD_SAFETY=ON -DFLATCAKE_WITH_URING=OFF -DFLATCAKE_BUILD_PYTHON=OFF -DFLATCAKE_CUDA=OFF
-other_targets=$(cd build-clang && ctest -N -LE stress | sed -n 's/^ *Test *#[0-9]*: //p')
-cmake --build build-clang -j"$(nproc)" --target flatcake_store flatcake_eval $other_targets
-(cd build-clang && ctest -LE stress --output-on-failure --timeout 900)
+  -DFLATCAKE_THREAD_SAFETY=ON -DFLATCAKE_SANITIZE=address,undefined -DFLATCAKE_FUZZ=ON \
+  -DFLATCAKE_BUILD_PYTHON=OFF -DFLATCAKE_CUDA=OFF
+# The test binaries, and the fuzzers (a fuzz test is named after its fuzzer; _regressions too).
+clang_targets=$(cd build-clang && ctest -N | sed -n 's/^ *Test *#[0-9]*: //p' |
+  sed 's/_regressions$//' | sort -u)
+cmake --build build-clang -j"$(nproc)" --target flatcake_store flatcake_eval $clang_targets
+(cd build-clang && ctest -j"$(nproc)" --output-on-failure --timeout 900)
 
 if [[ -d python/tests ]]; then
   echo "== pytest"

@@ -133,7 +133,9 @@ void ReaderHandle::CompleteRead(uint32_t idx, const Status& status) {
         Intersect(s, r, &lo, &hi);
         if (lo >= hi) continue;
         uint8_t* const to = s.dest + (lo - s.offset);
-        const uint8_t* const from = rs.buf + (lo - r.offset);
+        // Only a scattered read has a staging window (rs.buf); a direct one has none, and an
+        // offset from its null pointer would be undefined behaviour.
+        const uint8_t* const from = copy ? rs.buf + (lo - r.offset) : nullptr;
         delivered += hi - lo;
         if (copy && on_slice_ && lo == s.offset && hi == s.offset + s.len) {
           // The whole slice is here: the callback copies it out of the staging window and can

@@ -16,6 +16,17 @@
 #include "trace/workload_gen.h"
 #include "util/temp_dir.h"
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FLATCAKE_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(FLATCAKE_TEST_ASAN)
+constexpr bool kBuiltWithAsan = true;
+#else
+constexpr bool kBuiltWithAsan = false;
+#endif
+
 namespace flatcake::sim {
 namespace {
 
@@ -314,7 +325,11 @@ TEST(SimulatorVsReplay, LocalProfileAgreesWithTheRealReplay) {
         real->restore_p50_s * 1e3, sim->restore_p50_s * 1e3);
     EXPECT_NEAR(sim->hit_rate_pct(), real->hit_rate_pct(), 3.0) << what;
     EXPECT_NEAR(sim->read_amp, real->read_amp, 0.05 * real->read_amp) << what;
-    EXPECT_NEAR(sim->restore_p50_s, real->restore_p50_s, 0.30 * real->restore_p50_s) << what;
+    // The local profile models this machine's real I/O path; under AddressSanitizer that path
+    // runs several times slower, so its latency is compared in the uninstrumented trees only.
+    if (!kBuiltWithAsan) {
+      EXPECT_NEAR(sim->restore_p50_s, real->restore_p50_s, 0.30 * real->restore_p50_s) << what;
+    }
   }
 }
 

@@ -421,7 +421,11 @@ ChildRun RunAndKill(const std::string& dir, const KeyModel& model, uint32_t chil
   ::close(fds[0]);
   ::waitpid(pid, &run.status, 0);
   run.reports.resize(bytes.size() / sizeof(Report));
-  std::memcpy(run.reports.data(), bytes.data(), run.reports.size() * sizeof(Report));
+  // A child killed before its first report sent nothing: memcpy from an empty vector's null
+  // data() would be undefined even for 0 bytes.
+  if (!run.reports.empty()) {
+    std::memcpy(run.reports.data(), bytes.data(), run.reports.size() * sizeof(Report));
+  }
   run.torn_bytes = bytes.size() % sizeof(Report);
   return run;
 }

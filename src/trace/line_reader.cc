@@ -11,6 +11,9 @@ namespace flatcake::trace {
 namespace {
 
 constexpr size_t kChunk = 1 << 20;
+// The buffer starts this small and doubles at each refill up to kChunk: a short trace (a test's,
+// a fuzz input) reads without allocating and zeroing a whole chunk.
+constexpr size_t kFirstBuffer = 4096;
 
 class PlainSource final : public LineReader {
  public:
@@ -149,7 +152,9 @@ Result<bool> LineReader::ReadLine(std::string_view* line) {
       end_ -= begin_;
       begin_ = 0;
     }
-    if (buf_.size() - end_ < kChunk / 2) buf_.resize(std::max(buf_.size() * 2, kChunk));
+    if (buf_.size() < kChunk || buf_.size() - end_ < kChunk / 2) {
+      buf_.resize(std::max(buf_.size() * 2, kFirstBuffer));
+    }
     FC_ASSIGN_OR_RETURN(size_t n, Fill(buf_.data() + end_, buf_.size() - end_));
     if (n == 0) eof_ = true;
     end_ += n;
