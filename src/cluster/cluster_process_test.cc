@@ -243,7 +243,7 @@ std::unique_ptr<ClusterStore> ConnectCluster(const std::string& socket) {
   return c.ok() ? std::move(*c) : nullptr;
 }
 
-// Clients of nodes 0-2's daemons, once the first sees all three members (empty on failure).
+// Clients of nodes 0-2's daemons, once each sees all three members (empty on failure).
 std::vector<std::unique_ptr<ClusterStore>> ConnectAll(
     const std::function<std::string(int)>& socket) {
   std::vector<std::unique_ptr<ClusterStore>> c;
@@ -251,10 +251,12 @@ std::vector<std::unique_ptr<ClusterStore>> ConnectAll(
     c.push_back(ConnectCluster(socket(i)));
     if (c.back() == nullptr) return {};
   }
-  for (int i = 0; i < 100 && c[0]->Placement(Key{1, 2}).size() != 3; ++i) {
-    std::this_thread::sleep_for(milliseconds(100));
+  for (const auto& store : c) {
+    for (int i = 0; i < 100 && store->Placement(Key{1, 2}).size() != 3; ++i) {
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+    EXPECT_EQ(store->Placement(Key{1, 2}).size(), 3u);
   }
-  EXPECT_EQ(c[0]->Placement(Key{1, 2}).size(), 3u);
   return c;
 }
 

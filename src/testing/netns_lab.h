@@ -1,8 +1,9 @@
 // NetnsLab: network namespaces of a test's own, each joined to a bridge in the test's namespace by
 // one veth link, so that cluster tests run their daemons as separate hosts whose links can be cut.
 //
-// Made with `ip` (iproute2) and removed on destruction: namespace k is "fcn<pid>-k", its end of
-// the link "fcv<pid>-k" (inside it) and "fch<pid>-k" (on the bridge "fcb<pid>"), on a /24 of
+// Made with `ip` (iproute2) and removed on destruction: namespace k is "fcn<tag>-k", its end of
+// the link "fcv<tag>-k" (inside it) and "fch<tag>-k" (on the bridge "fcb<tag>"), the tag being the
+// pid and a letter per lab, on a /24 of
 // 10.213.0.0/16 that no interface here uses: the bridge is .1, namespace k is .(k + 2). Nothing is
 // routed beyond the bridge: the namespaces reach each other and the test's namespace, nothing
 // else. What a killed test left behind (names of a pid that no longer runs) is removed first.
@@ -70,8 +71,15 @@ class NetnsLab {
   Status Heal(int k) { return Ip({"link", "set", HostEnd(k), "up"}); }
 
  private:
+  // The tag is the pid and a letter per lab of this process: a lab's links are deleted
+  // asynchronously, so the next one must not reuse their names.
   explicit NetnsLab(int hosts)
-      : hosts_(hosts), tag_(std::to_string(::getpid())), bridge_("fcb" + tag_) {}
+      : hosts_(hosts), tag_(std::to_string(::getpid()) + NextLetter()), bridge_("fcb" + tag_) {}
+
+  static char NextLetter() {
+    static int n = 0;
+    return static_cast<char>('a' + n++ % 26);
+  }
 
   std::string HostEnd(int k) const { return "fch" + tag_ + "-" + std::to_string(k); }
 
@@ -158,15 +166,16 @@ class NetnsLab {
       while (const dirent* e = ::readdir(d)) {
         const std::string name = e->d_name;
         if (name.rfind("fcn", 0) != 0) continue;
-        const std::string pid = name.substr(3, name.find('-') - 3);
+        const std::string tag = name.substr(3, name.find('-') - 3);  // pid and letter
+        const std::string pid = tag.substr(0, tag.size() - 1);
         if (::access(("/proc/" + pid).c_str(), F_OK) != 0) {
           (void)Ip({"netns", "del", name});
-          dead.insert(pid);
+          dead.insert(tag);
         }
       }
       ::closedir(d);
     }
-    for (const std::string& pid : dead) (void)Ip({"link", "del", "fcb" + pid});
+    for (const std::string& tag : dead) (void)Ip({"link", "del", "fcb" + tag});
   }
 
   const int hosts_;
