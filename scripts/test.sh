@@ -28,7 +28,7 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLATCAKE_S
   -DFLATCAKE_WITH_URING=OFF -DFLATCAKE_BUILD_PYTHON=OFF -DFLATCAKE_CUDA=OFF
 tsan_targets=$(cd build && ctest -N -L 'stress|concurrent' | sed -n 's/^ *Test *#[0-9]*: //p')
 cmake --build build-tsan -j"$(nproc)" --target $tsan_targets
-(cd build-tsan && TSAN_OPTIONS="halt_on_error=1" \
+(cd build-tsan && TSAN_OPTIONS="halt_on_error=1:allocator_may_return_null=1" \
   ctest -L 'stress|concurrent' --output-on-failure --timeout 900)
 
 echo "== clang build: ASan + UBSan, thread-safety analysis, fuzz targets"
