@@ -603,12 +603,14 @@ Status GpuTransfer::CompleteChunk(GpuRestore& r, Chunk& c) {
 void GpuTransfer::RunRestore(const std::shared_ptr<GpuRestore>& rp) {
   GpuRestore& r = *rp;
   Status st;
+  bool admitted_ok;
   {
     MutexLock lock(r.mu_);
     st = r.admitted_;
+    admitted_ok = r.admitted_.ok();
     if (st.ok() && r.cancelled_) st = Status::Aborted("device restore cancelled");
   }
-  const bool admitted = r.pin_.id != 0 && r.admitted_.ok();
+  const bool admitted = r.pin_.id != 0 && admitted_ok;
   const KvLayout& layout = r.layout_;
   const uint32_t nhits = static_cast<uint32_t>(r.pin_.hits.size());
   // At least one: Restore refused a layout whose block's layer exceeds a slot, and a slot's
