@@ -7,7 +7,10 @@
 # what each tree covers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage's header says how long the run has taken so far (CI's budget is 30 minutes).
+stage() { echo "== $1 ($((SECONDS / 60)) min $((SECONDS % 60)) s into the run)"; }
 scripts/install-deps.sh
+stage "build (Release)"
 scripts/build.sh
 # The GPU data path's kernels compile in build/ wherever CMake finds nvcc (FLATCAKE_CUDA=AUTO);
 # its fake-device tests (label gpu-fake) run in the ctest below either way.
@@ -17,10 +20,10 @@ else
   echo "== CUDA part: not built (no nvcc)"
 fi
 
-echo "== ctest (Release)"
+stage "ctest (Release)"
 (cd build && ctest --output-on-failure --timeout 900)
 
-echo "== stress and concurrent tests under ThreadSanitizer"
+stage "stress and concurrent tests under ThreadSanitizer"
 # Without io_uring: this tree also checks the build with FLATCAKE_WITH_URING=OFF (src/io's
 # stand-in engine, the tests that skip what needs io_uring); the engines' threads under TSan are
 # the preadv pool's.
@@ -31,7 +34,7 @@ cmake --build build-tsan -j"$(nproc)" --target $tsan_targets
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1:allocator_may_return_null=1" \
   ctest -L 'stress|concurrent' --output-on-failure --timeout 900)
 
-echo "== clang build: ASan + UBSan, thread-safety analysis, fuzz targets"
+stage "clang build: ASan + UBSan, thread-safety analysis, fuzz targets"
 # One more tree checks three things: the whole suite under AddressSanitizer (LeakSanitizer
 # included) and UndefinedBehaviorSanitizer (a report fails its test), the lock annotations
 # (-Wthread-safety as errors; gcc ignores them), and the libFuzzer targets (fuzz/): a short run of
@@ -46,12 +49,13 @@ cmake --build build-clang -j"$(nproc)" --target flatcake_store flatcake_eval $cl
 (cd build-clang && ctest -j"$(nproc)" --output-on-failure --timeout 900)
 
 if [[ -d python/tests ]]; then
-  echo "== pytest"
+  stage "pytest"
   PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q python/tests
 fi
 
-echo "== clang-format"
+stage "clang-format"
 scripts/check-format.sh
 
-echo "== clang-tidy"
+stage "clang-tidy"
 scripts/check-tidy.sh build
+stage "done"
