@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The long fuzzing campaign (docs/reliability.md): every fuzz target, one after the other, for
 # RUNS executions each (default 10^7), in one process at a time (no -jobs), from its seed corpus and
-# regression inputs. Builds the targets first in BUILD (default build-clang: clang,
+# regression inputs. Builds the targets first in BUILD (default build-fuzz: clang,
 # FLATCAKE_FUZZ=ON, ASan + UBSan), then copies them, so that a rebuild during the campaign does
 # not change what runs.
 #   scripts/fuzz-long.sh [--runs N] [--build DIR] [--out DIR] [--no-build] [TARGET ...]
 # TARGETs are the names after fuzz_ (options journal wire serve_config trace pool_recover); all
 # but pool_recover (a store opened per execution: slow) by default.
 # Each target's log, grown corpus and any crashing input (crash-*, leak-*, timeout-*) go to
-# OUT/<target>/ (default build-clang/fuzz-long); the summary table goes to OUT/summary.txt.
+# OUT/<target>/ (default build-fuzz/fuzz-long); the summary table goes to OUT/summary.txt.
 # Exits non-zero when any target found a crash.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=10000000 build=build-clang out="" do_build=1 targets=()
+runs=10000000 build=build-fuzz out="" do_build=1 targets=()
 while (($#)); do
   case $1 in
     --runs) runs=$2; shift 2 ;;
