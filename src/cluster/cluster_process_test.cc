@@ -469,6 +469,44 @@ TEST_F(ClusterProcessTest, SessionsSpreadAcrossNodesByWeight) {
   }
 }
 
+// A home without room for a session (a batch larger than its pool: a full store would rather
+// reclaim older sessions) passes it to the next member in rendezvous order; a lookup through a
+// client that did not write it follows it there, and the restore after it is byte-exact.
+TEST_F(ClusterProcessTest, AFullHomePassesSessionsOnAndLookupsFollow) {
+  std::vector<std::unique_ptr<Child>> nodes;
+  const uint64_t ssd[3] = {64 << 20, 8 << 20, 64 << 20};  // node 1 has room for no 12 MiB batch
+  for (int i = 0; i < 3; ++i) nodes.push_back(StartNode(i, 0, false, ssd[i]));
+  auto ids = WaitMembers({"node0", "node1", "node2"});
+  ASSERT_EQ(ids.size(), 3u);
+  auto clients = ConnectAll([this](int i) { return Socket(i); });
+  ASSERT_EQ(clients.size(), 3u);
+  auto home = serve::RemoteStore::Connect(Socket(1), "t", flatcake::testing::SmallClientOptions());
+  ASSERT_TRUE(home.ok()) << home.status().ToString();
+  // Three sessions of 12 MiB homed at node 1, then one of 2 MiB that fits there.
+  std::vector<std::vector<Key>> sessions;
+  for (int s = 0; s < 4; ++s) {
+    const std::string name = SessionHomedAt(*clients[0], ids["node1"], "full" + std::to_string(s));
+    ASSERT_FALSE(name.empty());
+    sessions.push_back(SessionKeys(name, s < 3 ? 384 : 64));
+    auto put = PutSession(*clients[0], sessions.back(), name, MediaType::kSsd);
+    ASSERT_TRUE(put.ok()) << "session " << s << ": " << put.status().ToString();
+    ASSERT_EQ(put->written, sessions.back().size());
+    EXPECT_EQ((*home)->Lookup(sessions.back()).leading_hits, s < 3 ? 0u : 64u) << "session " << s;
+  }
+  // Node 2's client never saw them written: its lookups find each where it is; node 0's client
+  // knows where it put them.
+  for (ClusterStore* c : {clients[2].get(), clients[0].get()}) {
+    for (const std::vector<Key>& keys : sessions) {
+      EXPECT_EQ(c->Lookup(keys).leading_hits, keys.size());
+      const Restored r = RestoreSession(*c, keys);
+      EXPECT_EQ(r.result.leading_hits, keys.size());
+      EXPECT_EQ(r.wrong_bytes, 0u);
+    }
+  }
+  // A session written nowhere is still a miss, after the probes.
+  EXPECT_EQ(clients[2]->Lookup(SessionKeys("never-written", 4)).leading_hits, 0u);
+}
+
 // A partition: node 2's link cut. A restore from it in flight through node 1 ends in bounded
 // time with all or none of its blocks, never a wrong byte; node 2 drops out of the others' view
 // within its lease TTL and its sessions are misses through them; it keeps serving its own

@@ -388,8 +388,37 @@ Result<ClusterStore::Peer> ClusterStore::PeerOf(uint32_t node) {
 LookupResult ClusterStore::Lookup(std::span<const Key> keys) {
   if (keys.empty()) return local_->Lookup(keys);
   const std::vector<uint32_t> order = Placement(keys[0]);
-  if (order.empty() || order[0] == local_node_id()) return local_->Lookup(keys);
-  return RemoteLookup(order[0], keys);
+  if (order.empty()) return local_->Lookup(keys);
+  LookupResult home = LookupAt(order[0], keys);
+  if (home.leading_hits > 0) return home;
+  // Not even the root at the home: the session may have been passed on by a full home.
+  for (size_t i = 1; i < order.size() && i <= kOverflowProbes; ++i) {
+    LookupResult r = LookupAt(order[i], keys);
+    if (r.leading_hits > 0) {
+      RememberRoot(keys[0], order[i]);
+      return r;
+    }
+  }
+  return home;
+}
+
+LookupResult ClusterStore::LookupAt(uint32_t node, std::span<const Key> keys) {
+  return node == local_node_id() ? local_->Lookup(keys) : RemoteLookup(node, keys);
+}
+
+uint32_t ClusterStore::NodeOfRoot(const Key& root, const std::vector<uint32_t>& order) {
+  MutexLock lock(mu_);
+  auto it = roots_.find(root);
+  if (it != roots_.end() && std::find(order.begin(), order.end(), it->second) != order.end()) {
+    return it->second;
+  }
+  return order[0];
+}
+
+void ClusterStore::RememberRoot(const Key& root, uint32_t node) {
+  MutexLock lock(mu_);
+  if (roots_.size() >= kMaxTails) roots_.clear();  // a cache: losing it costs lookups only
+  roots_[root] = node;
 }
 
 LookupResult ClusterStore::RemoteLookup(uint32_t node, std::span<const Key> keys) {
@@ -490,6 +519,7 @@ Result<PutResult> ClusterStore::Put(std::span<const Key> keys, const KvLayout& l
                                        : RemotePut(node, keys, layout, src, hints);
     if (r.ok()) {
       RememberTail(keys.back(), node);
+      if (!hints.prefix_tail && node != order[0]) RememberRoot(keys[0], node);  // passed on
       return r;
     }
     last = r.status();
@@ -504,13 +534,14 @@ Result<std::unique_ptr<RestoreHandle>> ClusterStore::Restore(std::span<const Key
                                                              const RestoreOptions& options) {
   if (keys.empty()) return local_->Restore(keys, layout, dst, options);
   const std::vector<uint32_t> order = Placement(keys[0]);
-  if (order.empty() || order[0] == local_node_id()) {
+  const uint32_t node = order.empty() ? 0 : NodeOfRoot(keys[0], order);
+  if (order.empty() || node == local_node_id()) {
     return local_->Restore(keys, layout, dst, options);
   }
   FC_RETURN_IF_ERROR(ValidateKvLayout(layout));
   FC_RETURN_IF_ERROR(ValidateBuffers(dst, layout, keys.size()));
   return std::unique_ptr<RestoreHandle>(std::make_unique<RemoteRestore>(
-      this, order[0], std::vector<Key>(keys.begin(), keys.end()), layout,
+      this, node, std::vector<Key>(keys.begin(), keys.end()), layout,
       std::vector<void*>(dst.ptrs.begin(), dst.ptrs.end()), dst.kind, options));
 }
 

@@ -5,7 +5,10 @@
 // rendezvous hashing over the healthy members (cluster/rendezvous.h) names its home.
 //  - A batch whose home is this node takes the local path (RemoteStore: the daemon's arena and
 //    pool files, directly).
-//  - Lookup at a remote home: one UCX round trip (PeerLookup).
+//  - Lookup at a remote home: one UCX round trip (PeerLookup). A session whose home was full when
+//    it was written is on a later member in rendezvous order (Put, below): when the home does not
+//    hold even the root, the next kOverflowProbes members are asked, a round trip each, and the
+//    member found is remembered for the restore that follows.
 //  - Put: a batch that starts a chain goes to its rendezvous home; one that continues a chain
 //    (WriteHints.prefix_tail) goes to the member that holds its previous block, so a session
 //    stays on one node (found from this client's record of its own puts, else by a lookup of that
@@ -13,7 +16,8 @@
 //    reserves, writes and publishes them as any Put. A home that answers NoSpace passes the batch
 //    to the next member in rendezvous order. While etcd is unreachable (the daemon says so), new
 //    sessions are placed on this node.
-//  - Restore from a remote home: PeerRestore pins the hits; DRAM hits are read with one-sided
+//  - Restore from where the session is (the member its lookup or its put found, else its home):
+//    PeerRestore pins the hits; DRAM hits are read with one-sided
 //    UCX gets from the home's arena straight into the caller's buffers; SSD hits are read by the
 //    home's own engine and arrive layer by layer (PeerLayer), each copied into place as it lands;
 //    layers are reported in order; every block is verified against its stored checksum here. A
@@ -22,8 +26,8 @@
 // The member list is the daemon's, refreshed at most every `view_refresh`; a daemon that was no
 // cluster member at Connect is never asked again (the store is its RemoteStore, at no cost).
 //
-// Not done yet (docs/cluster.md): a lookup continues on the next member only when the home
-// found nothing; Reclaim, Clear and GetStats are the local node's.
+// Not done yet (docs/cluster.md): Reclaim, Clear and GetStats are the local node's; a session
+// passed on beyond kOverflowProbes members is not found.
 //
 // Thread safety: as RemoteStore; restore handles must not outlive the store.
 #pragma once
@@ -92,6 +96,12 @@ class ClusterStore final : public Store {
   void RememberTail(const Key& tail, uint32_t node) EXCLUDES(mu_);
   // A PeerLookup at member `node`: no hit when it cannot be reached.
   LookupResult RemoteLookup(uint32_t node, std::span<const Key> keys) EXCLUDES(mu_);
+  // The local store's Lookup when `node` is this one, else RemoteLookup.
+  LookupResult LookupAt(uint32_t node, std::span<const Key> keys) EXCLUDES(mu_);
+  // The member the batch rooted at `root` is on: the one this client last found it on or put it
+  // to, while that one is in `order` (the healthy members), else its home (order[0]).
+  uint32_t NodeOfRoot(const Key& root, const std::vector<uint32_t>& order) EXCLUDES(mu_);
+  void RememberRoot(const Key& root, uint32_t node) EXCLUDES(mu_);
   Result<PutResult> RemotePut(uint32_t node, std::span<const Key> keys, const KvLayout& layout,
                               const BlockBuffers& src, const WriteHints& hints);
 
@@ -107,6 +117,9 @@ class ClusterStore final : public Store {
   // Where this client put the last block of its recent batches.
   static constexpr size_t kMaxTails = 1 << 16;
   std::unordered_map<Key, uint32_t, KeyHash> tails_ GUARDED_BY(mu_);
+  // Sessions found, or put, away from their home: root key -> member.
+  static constexpr size_t kOverflowProbes = 2;
+  std::unordered_map<Key, uint32_t, KeyHash> roots_ GUARDED_BY(mu_);
 };
 
 }  // namespace flatcake::cluster
