@@ -29,7 +29,7 @@ out=${out:-$build/fuzz-long}
 if ((do_build)); then
   CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DFLATCAKE_THREAD_SAFETY=ON -DFLATCAKE_SANITIZE=address,undefined -DFLATCAKE_FUZZ=ON \
-    -DFLATCAKE_BUILD_PYTHON=OFF >/dev/null
+    -DFLATCAKE_BUILD_PYTHON=OFF -DFLATCAKE_CUDA=OFF >/dev/null
   cmake --build "$build" -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 fi
 mkdir -p "$out/bin"
