@@ -125,6 +125,8 @@ size_t CountOf(const std::string& text, const std::string& what) {
   return n;
 }
 
+struct DaemonLog;
+
 class Soak {
  public:
   explicit Soak(const SoakArgs& a) : a_(a), rng_(a.seed) {}
@@ -149,6 +151,16 @@ class Soak {
   void AddDaemonStats(const StoreStats& st);
   // Prints the report (and the JSON line); whether the soak passed.
   bool Report(double run_s);
+  // Report's parts: what failed (empty: the soak passed), the text and the JSON line.
+  std::vector<std::string> Failures(const soak::RssVerdict& rss) const;
+  void PrintText(const soak::RssVerdict& rss, const DaemonLog& dlog,
+                 const std::vector<std::string>& failures) const;
+  void PrintJson(const soak::RssVerdict& rss, const DaemonLog& dlog,
+                 const std::vector<std::string>& failures) const;
+  // How long the daemon was away at its restart (0 before it came back).
+  double DaemonDownMs() const {
+    return back_ns_ >= 0 ? static_cast<double>(back_ns_ - away_from_ns_) / 1e6 : 0.0;
+  }
   double Elapsed() const { return static_cast<double>(SteadyNowNs() - t0_) / kNsPerS; }
 
   const SoakArgs a_;
@@ -518,6 +530,13 @@ double MiB(uint64_t b) { return static_cast<double>(b) / (1 << 20); }
 bool Soak::Report(double run_s) {
   const soak::RssVerdict rss = soak::JudgeRss(samples_, run_s, kMinJudgedSeconds);
   const DaemonLog dlog = ParseDaemonLog(ReadWholeFile(log_));
+  const std::vector<std::string> failures = Failures(rss);
+  PrintText(rss, dlog, failures);
+  if (a_.json) PrintJson(rss, dlog, failures);
+  return failures.empty();
+}
+
+std::vector<std::string> Soak::Failures(const soak::RssVerdict& rss) const {
   const ClientCounters& c = banked_;
   std::vector<std::string> failures;
   if (!fatal_.empty()) failures.push_back(fatal_);
@@ -530,9 +549,14 @@ bool Soak::Report(double run_s) {
   if (fd_end_ > fd_start_ + kFdSlack) failures.push_back("descriptors leaked");
   if (daemon_exit_ != 0) failures.push_back("the daemon did not exit 0 on SIGTERM");
   if (rss.judged && !rss.flat) failures.push_back("RSS not flat");
-  const bool passed = failures.empty();
+  return failures;
+}
 
-  const double down_ms = back_ns_ >= 0 ? static_cast<double>(back_ns_ - away_from_ns_) / 1e6 : 0.0;
+void Soak::PrintText(const soak::RssVerdict& rss, const DaemonLog& dlog,
+                     const std::vector<std::string>& failures) const {
+  const ClientCounters& c = banked_;
+  const bool passed = failures.empty();
+  const double down_ms = DaemonDownMs();
   std::printf("soak: %.2f min, %u clients over %u tenants, seed %lu\n", a_.minutes, a_.clients,
               a_.tenants, static_cast<unsigned long>(a_.seed));
   std::printf(
@@ -597,8 +621,13 @@ bool Soak::Report(double run_s) {
   std::string why;
   for (const std::string& f : failures) why += (why.empty() ? "" : "; ") + f;
   std::printf("soak %s%s%s\n", passed ? "passed" : "FAILED", passed ? "" : ": ", why.c_str());
-  if (!a_.json) return passed;
+}
 
+void Soak::PrintJson(const soak::RssVerdict& rss, const DaemonLog& dlog,
+                     const std::vector<std::string>& failures) const {
+  const ClientCounters& c = banked_;
+  const bool passed = failures.empty();
+  const double down_ms = DaemonDownMs();
   nlohmann::json samples = nlohmann::json::array();
   const size_t stride = std::max<size_t>(1, (samples_.size() + 239) / 240);
   for (size_t i = 0; i < samples_.size(); i += stride) {
@@ -677,7 +706,6 @@ bool Soak::Report(double run_s) {
       {"samples_columns", {"t_s", "daemon", "rss_bytes", "anon_bytes", "fds", "threads"}},
       {"samples", samples}};
   std::printf("%s\n", j.dump().c_str());
-  return passed;
 }
 
 int RunSoak(SoakArgs a) {
