@@ -81,6 +81,7 @@ struct StoreOptions {
   uint32_t io_workers = 2;  // reader threads (one io_uring ring each)
   uint32_t io_queue_depth = 64;
   uint64_t read_window_bytes = 128 * kMiB;   // bounded staging for SSD restores
+  uint64_t read_inflight_bytes = 32 * kMiB;  // SSD restore reads in flight at most; 0: the window
   uint64_t write_staging_bytes = 32 * kMiB;  // gather buffer for SSD segment writes
   uint64_t max_gap_bytes = 64 * kKiB;        // Δgap: bridge holes up to this size when coalescing
   uint64_t max_io_bytes = 4 * kMiB;          // split merged reads at this size

@@ -128,6 +128,12 @@ constexpr OptionSpec kTable[] = {
      .member = &StoreOptions::read_window_bytes,
      .help = "Bounded staging window for SSD restores.",
      .min = kPage},
+    {.name = "read_inflight_bytes",
+     .flag = "--read-inflight-bytes",
+     .kind = OptionKind::kSize,
+     .member = &StoreOptions::read_inflight_bytes,
+     .help = "SSD restore reads in flight at most (0: the read window). A device serves the reads "
+             "in flight side by side: a few reads' worth lets layers land one after another."},
     {.name = "write_staging_bytes",
      .flag = "--write-staging-bytes",
      .kind = OptionKind::kSize,

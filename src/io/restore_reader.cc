@@ -278,6 +278,9 @@ Result<std::unique_ptr<RestoreReader>> RestoreReader::Create(IoEngine& engine,
   }
   std::unique_ptr<RestoreReader> reader(new RestoreReader(engine, options));
   reader->window_bytes_ = options.window_bytes / align * align;
+  reader->inflight_budget_ = options.inflight_bytes == 0
+                                 ? reader->window_bytes_
+                                 : std::min(options.inflight_bytes, reader->window_bytes_);
   // Every read must fit the window, or it could never be staged.
   if (reader->coalesce_.max_io > reader->window_bytes_) {
     reader->coalesce_.max_io =
@@ -537,9 +540,9 @@ std::shared_ptr<ReaderHandle> RestoreReader::TakeBatch(std::vector<IoOp>* batch,
     }
     const MergedRead& r = p.reads[idx];
     ReaderHandle::ReadState& rs = h->reads_[idx];
-    // One budget of bytes in flight for every mode (a lone read larger than the window still
+    // One budget of bytes in flight for every mode (a lone read larger than the budget still
     // goes); staged reads also need their space in the window.
-    if (inflight_ > 0 && inflight_ + r.len > window_bytes_) {
+    if (inflight_ > 0 && inflight_ + r.len > inflight_budget_) {
       *window_full = true;
       break;
     }

@@ -19,9 +19,10 @@
 // registered with the engine (io_uring fixed buffers where the engine supports it). Staged reads
 // allocate from it in issue order (a ring; a region is reused once every earlier region is freed,
 // and an emptied ring starts over at the window's start). Direct and vectored reads do not use
-// it, but every read, staged or not, counts against one budget of window_bytes in flight. The
-// discard buffer of vectored reads is written concurrently by many reads and never read. When the
-// window is full the issuer waits for completions: backpressure delays, it never aborts a restore.
+// it, but every read, staged or not, counts against one budget of bytes in flight (inflight_bytes,
+// at most the window). The discard buffer of vectored reads is written concurrently by many reads
+// and never read. When the budget or the window is full the issuer waits for completions:
+// backpressure delays, it never aborts a restore.
 //
 // Thread safety: Start may be called from any thread; concurrent restores share the window and are
 // issued in Start order. A restore started `after` another issues nothing until every read of
@@ -55,11 +56,17 @@
 namespace flatcake {
 
 struct ReaderOptions {
-  uint64_t window_bytes = 128ull << 20;  // staging window; also the in-flight byte budget
-  CoalesceOptions coalesce;              // max_io is lowered to the window when larger
-  bool register_window = true;           // offer the window to the engine as a fixed buffer
-  bool allow_direct = true;              // read into destinations when they line up
-  bool allow_vectored = true;            // one vectored read into several aligned destinations
+  uint64_t window_bytes = 128ull << 20;  // staging window
+  // Bytes of reads in flight at most (a lone read larger than this still goes); 0: window_bytes.
+  // A device serves the reads in flight side by side, so a read returns only about
+  // inflight_bytes / bandwidth after it went out, however early it is in layer order: a budget of
+  // a few reads lets layers land one after another at the device's rate, where the whole window
+  // in flight holds every layer back until a window's worth is read.
+  uint64_t inflight_bytes = 0;
+  CoalesceOptions coalesce;     // max_io is lowered to the window when larger
+  bool register_window = true;  // offer the window to the engine as a fixed buffer
+  bool allow_direct = true;     // read into destinations when they line up
+  bool allow_vectored = true;   // one vectored read into several aligned destinations
   // Alignment every iovec base and length of a vectored read must have: 4096 for O_DIRECT files
   // (the strictest logical block size in use), 1 where every file is buffered. Power of two.
   uint64_t vector_alignment = 4096;
@@ -255,7 +262,8 @@ class RestoreReader {
   const ReaderOptions options_;
   CoalesceOptions coalesce_;
   uint64_t window_bytes_ = 0;
-  AlignedBuffer window_;  // window_bytes_ of staging space
+  uint64_t inflight_budget_ = 0;  // options_.inflight_bytes, or the window; at most the window
+  AlignedBuffer window_;          // window_bytes_ of staging space
   bool window_registered_ = false;
   AlignedBuffer discard_;  // sink for unwanted bytes of vectored reads; empty when disabled
   uint64_t discard_bytes_ = 0;

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <span>
 #include <vector>
@@ -142,6 +143,43 @@ TEST_P(RestoreTest, AFailedReadIssuesNothingMoreOfItsRestore) {
   EXPECT_TRUE(st.IsIOError()) << st.ToString();
   EXPECT_GE(tracking.ops(), 1u);
   EXPECT_LE(tracking.ops(), 4u);
+}
+
+TEST_P(RestoreTest, AnInFlightBudgetBelowTheWindowBoundsTheReads) {
+  // A window of 16 reads with a budget of 4: never more than 4 reads' bytes at the device, and
+  // every byte lands. A budget larger than the window is the window.
+  const uint64_t piece = 64 << 10, reads = 32;
+  for (const uint64_t budget : {4 * piece, 64 * piece}) {
+    std::vector<uint8_t> dest;
+    auto slices = StagedPieces(&dest, piece, reads);
+    InflightTrackingEngine tracking(*engine_);
+    ReaderOptions o = StagedOptions(piece, 16);
+    o.inflight_bytes = budget;
+    auto made = RestoreReader::Create(tracking, o);
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    ASSERT_TRUE((*made)->Restore(slices).ok());
+    EXPECT_EQ(Mismatches(slices), 0u);
+    EXPECT_GT(tracking.max_inflight(), 0u);
+    EXPECT_LE(tracking.max_inflight(), std::min(budget, 16 * piece)) << budget;
+  }
+}
+
+TEST_P(RestoreTest, AReadLargerThanTheInFlightBudgetStillGoes) {
+  // 64 KiB reads under a 16 KiB budget: one read at a time, and the restore finishes.
+  const uint64_t piece = 64 << 10, reads = 8;
+  std::vector<uint8_t> dest;
+  auto slices = StagedPieces(&dest, piece, reads);
+  InflightTrackingEngine tracking(*engine_);
+  ReaderOptions o = StagedOptions(piece, 4);
+  o.inflight_bytes = 16 << 10;
+  auto made = RestoreReader::Create(tracking, o);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  auto h = (*made)->Start(slices);
+  ASSERT_TRUE(h.ok());
+  FinishWithin(*h, 10, "reads larger than the in-flight budget");
+  EXPECT_TRUE((*h)->Wait().ok());
+  EXPECT_EQ(Mismatches(slices), 0u);
+  EXPECT_EQ(tracking.max_inflight(), piece);
 }
 
 TEST_P(RestoreTest, StagedReadAsLargeAsTheWindowAfterASmallOne) {

@@ -28,6 +28,7 @@ Result<std::unique_ptr<AttachedMedia>> AttachedMedia::Open(const SharedMedia& me
     (void)m->engine_->RegisterBuffers({&staging, 1});
     ReaderOptions ro;
     ro.window_bytes = options.read_window_bytes;
+    ro.inflight_bytes = options.read_inflight_bytes;
     ro.coalesce.max_gap = options.max_gap_bytes;
     ro.coalesce.max_io = options.max_io_bytes;
     FC_ASSIGN_OR_RETURN(m->reader_, RestoreReader::Create(*m->engine_, ro));
@@ -58,6 +59,7 @@ AttachedMediaOptions MediaOptionsOf(const StoreOptions& o) {
   m.io_workers = o.io_workers;
   m.io_queue_depth = o.io_queue_depth;
   m.read_window_bytes = o.read_window_bytes;
+  m.read_inflight_bytes = o.read_inflight_bytes;
   m.write_staging_bytes = o.write_staging_bytes;
   m.max_gap_bytes = o.max_gap_bytes;
   m.max_io_bytes = o.max_io_bytes;
@@ -69,6 +71,7 @@ void SetMediaOptions(const AttachedMediaOptions& m, StoreOptions* o) {
   o->io_workers = m.io_workers;
   o->io_queue_depth = m.io_queue_depth;
   o->read_window_bytes = m.read_window_bytes;
+  o->read_inflight_bytes = m.read_inflight_bytes;
   o->write_staging_bytes = m.write_staging_bytes;
   o->max_gap_bytes = m.max_gap_bytes;
   o->max_io_bytes = m.max_io_bytes;

@@ -32,6 +32,7 @@ struct AttachedMediaOptions {
   uint32_t io_workers = 2;
   uint32_t io_queue_depth = 64;
   uint64_t read_window_bytes = 32 * kMiB;
+  uint64_t read_inflight_bytes = 32 * kMiB;
   uint64_t write_staging_bytes = 8 * kMiB;
   uint64_t max_gap_bytes = 64 * kKiB;
   uint64_t max_io_bytes = 4 * kMiB;

@@ -103,6 +103,7 @@ Status FlatStore::Init(bool shared) {
     FC_RETURN_IF_ERROR(engine_->RegisterFiles(ssd_->fds()));
     ReaderOptions ro;
     ro.window_bytes = options_.read_window_bytes;
+    ro.inflight_bytes = options_.read_inflight_bytes;
     ro.coalesce.max_gap = options_.max_gap_bytes;
     ro.coalesce.max_io = options_.max_io_bytes;
     FC_ASSIGN_OR_RETURN(restore_, RestoreReader::Create(*engine_, ro));
