@@ -133,7 +133,8 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
                : store_->ucx_->GetSync(peer->address, peer->arena_rkey, std::move(pieces), timeout);
     }
     std::vector<uint8_t> ssd_ok(ssd.size(), 0);
-    if (st.ok() && !ssd.empty()) st = ReadSsdLayers(*peer, pinned.restore_id(), ssd);
+    std::vector<uint64_t> ssd_sums(ssd.size(), 0);  // BlockChecksum of each, summed as layers land
+    if (st.ok() && !ssd.empty()) st = ReadSsdLayers(*peer, pinned.restore_id(), ssd, &ssd_sums);
     // Layers the SSD path did not report (none of its own): report them now, in order.
     if (st.ok() && ssd.empty()) {
       for (uint32_t l = 0; l < layout_.num_layers; ++l) ReportLayer(l);
@@ -160,9 +161,15 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
       const rpc::BlockLocation& b = pinned.blocks(static_cast<int>(i));
       if (!b.found()) continue;
       bool ok = true;
+      uint64_t sum;
       const bool from_ssd = b.medium() == rpc::MEDIUM_SSD;
-      if (from_ssd) ok = ssd_ok[next_ssd++] != 0;
-      if (ok && BlockChecksum(Buffers(), layout_, i) != b.checksum()) {
+      if (from_ssd) {
+        ok = ssd_ok[next_ssd] != 0;
+        sum = ssd_sums[next_ssd++];
+      } else {
+        sum = BlockChecksum(Buffers(), layout_, i);
+      }
+      if (ok && sum != b.checksum()) {
         ok = false;
         out.corrupt++;
       }
@@ -175,41 +182,33 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     Finish(std::move(out));
   }
 
-  // Streams the layers of the SSD hits, kLayerWindow at a time, each scattered straight into the
-  // caller's slices (UcxNode::CallInto), the next layer asked for as each arrives; layers are
-  // reported in order as they land.
-  Status ReadSsdLayers(const Peer& peer, uint64_t restore_id, const std::vector<uint32_t>& ssd) {
+  // Streams the layers of the SSD hits, kLayerWindow requests at a time, the next layer asked for
+  // as each reply arrives. A reply lands in a buffer of the UCX node's; this thread scatters it
+  // into the caller's slices, adding each slice's checksum to its hit's sum in `sums` in the same
+  // pass, and gives the buffer back. So the node's progress thread only receives (while this
+  // thread copies one layer, it takes in the next ones), and verifying the blocks takes no pass
+  // over them after the last layer. Layers are reported in order as they are scattered. Returns at
+  // the first failed layer: replies still on their way go to buffers of the node's, not the
+  // caller's.
+  Status ReadSsdLayers(const Peer& peer, uint64_t restore_id, const std::vector<uint32_t>& ssd,
+                       std::vector<uint64_t>* sums) {
     constexpr uint32_t kLayerWindow = 4;
     const uint32_t layers = layout_.num_layers;
     const uint32_t window = std::min(kLayerWindow, layers);
     const uint64_t run = ssd.size() * layout_.num_planes * layout_.slice_bytes;
+    struct Reply {
+      uint32_t layer = 0;
+      Status status;
+      std::string data;
+    };
     struct Shared {
       Mutex mu;
       CondVar cv;
-      std::vector<uint32_t> completed GUARDED_BY(mu);  // layers in the order their replies came
-      std::vector<uint8_t> landed GUARDED_BY(mu);
+      std::vector<Reply> replies GUARDED_BY(mu);  // arrived, not yet taken
       uint32_t outstanding GUARDED_BY(mu) = 0;
-      Status status GUARDED_BY(mu);
     };
     auto shared = std::make_shared<Shared>();
-    {
-      MutexLock lock(shared->mu);
-      shared->landed.assign(layers, 0);
-    }
     const auto issue = [&](uint32_t l) {
-      // The layer's run is [hit][plane] slices: one segment each, merged where they touch.
-      std::vector<UcxNode::Segment> into;
-      into.reserve(ssd.size() * layout_.num_planes);
-      for (uint32_t j : ssd) {
-        for (uint32_t p = 0; p < layout_.num_planes; ++p) {
-          auto* at = reinterpret_cast<char*>(SliceAddress(Buffers(), layout_, j, l, p));
-          if (!into.empty() && into.back().base + into.back().len == at) {
-            into.back().len += layout_.slice_bytes;
-          } else {
-            into.push_back({at, layout_.slice_bytes});
-          }
-        }
-      }
       rpc::PeerLayer req;
       req.set_restore_id(restore_id);
       req.set_layer(l);
@@ -223,54 +222,61 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
         MutexLock lock(shared->mu);
         shared->outstanding++;
       }
-      store_->ucx_->CallInto(peer.address, kPeerLayer, req.SerializeAsString(), {}, deadline,
-                             std::move(into),
-                             [shared, l, run](Status st, std::string, size_t length) {
-                               if (st.ok() && length != run) {
-                                 st = Status::Corruption("a layer of the wrong size");
-                               }
-                               {
-                                 MutexLock lock(shared->mu);
-                                 if (!st.ok() && shared->status.ok()) shared->status = st;
-                                 if (st.ok()) shared->landed[l] = 1;
-                                 shared->completed.push_back(l);
-                                 shared->outstanding--;
-                               }
-                               shared->cv.NotifyAll();
-                             });
+      store_->ucx_->Call(peer.address, kPeerLayer, req.SerializeAsString(), {}, deadline,
+                         [shared, l](Status st, std::string, std::string data) {
+                           {
+                             MutexLock lock(shared->mu);
+                             shared->replies.push_back({l, std::move(st), std::move(data)});
+                             shared->outstanding--;
+                           }
+                           shared->cv.NotifyAll();
+                         });
     };
     for (uint32_t l = 0; l < window; ++l) issue(l);
-    size_t handled = 0;     // completed layers whose slot was passed on
+    std::vector<uint8_t> landed(layers, 0);
     uint32_t reported = 0;  // layers reported, in order
     for (;;) {
-      std::vector<uint32_t> freed;
-      uint32_t upto;
+      std::vector<Reply> got;
       uint32_t outstanding;
-      Status status;
       {
         MutexLock lock(shared->mu);
-        while (shared->completed.size() == handled && shared->outstanding > 0) {
-          shared->cv.Wait(shared->mu);
-        }
-        freed.assign(shared->completed.begin() + static_cast<std::ptrdiff_t>(handled),
-                     shared->completed.end());
-        handled = shared->completed.size();
-        upto = reported;
-        while (upto < layers && shared->landed[upto]) upto++;
+        while (shared->replies.empty() && shared->outstanding > 0) shared->cv.Wait(shared->mu);
+        got.swap(shared->replies);
         outstanding = shared->outstanding;
-        status = shared->status;
       }
-      for (; reported < upto; ++reported) ReportLayer(reported);
-      if (status.ok()) {
-        for (uint32_t l : freed) {
-          if (l + window < layers) {
-            issue(l + window);
-            outstanding++;
-          }
+      for (Reply& r : got) {
+        if (r.status.ok() && r.data.size() != run) {
+          r.status = Status::Corruption("a layer of " + std::to_string(r.data.size()) +
+                                        " bytes where " + std::to_string(run) + " were due");
+        }
+        if (!r.status.ok()) return r.status;
+        ScatterLayer(r.layer, r.data, ssd, sums);
+        landed[r.layer] = 1;
+        store_->ucx_->Reuse(std::move(r.data));
+        if (r.layer + window < layers) {
+          issue(r.layer + window);
+          outstanding++;
         }
       }
-      if (outstanding == 0) return status;  // every reply is in (the buffers are ours again)
+      for (; reported < layers && landed[reported]; ++reported) ReportLayer(reported);
+      if (outstanding == 0) return Status::OK();
     }
+  }
+
+  // Copies layer `layer` of the SSD hits from `data` (the home's [plane][hit] slices) into the
+  // caller's slices, adding each slice's checksum to its hit's sum.
+  void ScatterLayer(uint32_t layer, const std::string& data, const std::vector<uint32_t>& ssd,
+                    std::vector<uint64_t>* sums) {
+    const uint32_t planes = layout_.num_planes;
+    const uint64_t slice = layout_.slice_bytes;
+    const char* src = data.data();
+    for (size_t j = 0; j < ssd.size(); ++j) {
+      for (uint32_t p = 0; p < planes; ++p, src += slice) {
+        (*sums)[j] += CopySliceWithChecksum(SliceAddress(Buffers(), layout_, ssd[j], layer, p), src,
+                                            slice, layer * planes + p, CopyStores::kStreaming);
+      }
+    }
+    FenceStreamingStores();  // before the layer is reported
   }
 
   ClusterStore* const store_;

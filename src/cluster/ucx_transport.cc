@@ -45,14 +45,11 @@ uint32_t GetU32(const char* p) {
 
 class UcxNode::Impl {
  public:
-  // A call waiting for its reply (Call's `done`, or CallInto's buffer and `done_into`).
+  // A call waiting for its reply.
   struct PendingCall {
     std::string peer;
     Clock::time_point deadline;
-    ReplyCallback done;  // or, for CallInto:
-    IntoCallback done_into;
-    std::vector<Segment> into;
-    size_t capacity = 0;
+    ReplyCallback done;
   };
   ~Impl() { Shutdown(); }
 
@@ -105,6 +102,11 @@ class UcxNode::Impl {
     }
     const uint64_t one = 1;
     (void)!::write(wake_fd_, &one, sizeof(one));
+  }
+
+  // UcxNode::Reuse: the spare buffers are the progress thread's.
+  void Reuse(std::string buffer) EXCLUDES(mu_) {
+    Post([this, b = std::move(buffer)]() mutable { Recycle(std::move(b)); });
   }
 
   void SetHandler(uint32_t id, Handler h) EXCLUDES(mu_) {
@@ -318,31 +320,9 @@ class UcxNode::Impl {
     Complete(std::move(call), std::move(st), {}, {});
   }
 
-  // Runs a call's callback with its reply; a CallInto's data is scattered over its segments
-  // first, and the string kept for the next large receive.
-  void Complete(PendingCall call, Status st, std::string header, std::string data) {
-    if (!call.done_into) {
-      if (call.done) call.done(std::move(st), std::move(header), std::move(data));
-      return;
-    }
-    size_t length = data.size();
-    if (st.ok()) {
-      if (data.size() > call.capacity) {
-        st = Status::InvalidArgument("a reply of " + std::to_string(data.size()) +
-                                     " bytes for a buffer of " + std::to_string(call.capacity));
-      } else {
-        size_t at = 0;
-        for (const Segment& seg : call.into) {
-          if (at == data.size()) break;
-          const size_t n = std::min(seg.len, data.size() - at);
-          std::memcpy(seg.base, data.data() + at, n);
-          at += n;
-        }
-      }
-    }
-    if (!st.ok()) length = 0;
-    Recycle(std::move(data));
-    call.done_into(std::move(st), std::move(header), length);
+  // Runs a call's callback with its reply.
+  static void Complete(PendingCall call, Status st, std::string header, std::string data) {
+    if (call.done) call.done(std::move(st), std::move(header), std::move(data));
   }
 
   // Receive buffers for large messages, kept between receives (a fresh one would be faulted in
@@ -718,21 +698,7 @@ void UcxNode::Call(std::string_view peer, uint32_t id, std::string header, std::
   });
 }
 
-void UcxNode::CallInto(std::string_view peer, uint32_t id, std::string header, std::string data,
-                       std::chrono::milliseconds timeout, std::vector<Segment> into,
-                       IntoCallback done) {
-  size_t capacity = 0;
-  for (const Segment& seg : into) capacity += seg.len;
-  impl_->Post([impl = impl_.get(), peer = std::string(peer), id, header = std::move(header),
-               data = std::move(data), timeout, into = std::move(into), capacity,
-               done = std::move(done)]() mutable {
-    Impl::PendingCall call;
-    call.done_into = std::move(done);
-    call.into = std::move(into);
-    call.capacity = capacity;
-    impl->DoCall(std::move(peer), id, std::move(header), std::move(data), timeout, std::move(call));
-  });
-}
+void UcxNode::Reuse(std::string buffer) { impl_->Reuse(std::move(buffer)); }
 
 Result<std::pair<std::string, std::string>> UcxNode::CallSync(std::string_view peer, uint32_t id,
                                                               std::string header, std::string data,

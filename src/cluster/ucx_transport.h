@@ -8,8 +8,9 @@
 //     of a peer's region (its address and packed key) straight into a local buffer with UCX RMA
 //     (ucp_get_nbx). UCX chooses the transport: shared memory or CMA on one machine, TCP between
 //     machines, RDMA where the fabric has it (docs/cluster.md).
-// Large messages travel by UCX rendezvous; a reply's data is copied once, into the string the
-// callback gets.
+// Large messages travel by UCX rendezvous, into a string of the node's own that the callback
+// gets (a call that timed out leaves the caller's memory alone whatever arrives later); Reuse
+// gives it back for the next one.
 //
 // Thread safety: every method may be called from any thread. Callbacks and handlers run on the
 // progress thread: they must not block on another Call or Get of the same node.
@@ -79,23 +80,9 @@ class UcxNode {
 
   void Call(std::string_view peer, uint32_t id, std::string header, std::string data,
             std::chrono::milliseconds timeout, ReplyCallback done);
-  // Call, with the reply's data scattered over `into` (in order) instead of handed over as a
-  // string: `done` gets its length. A reply longer than the segments together fails the call
-  // (InvalidArgument). The segments are written only before `done` runs, never after: a large
-  // reply is received into the node's own buffer and copied into place if its call is still
-  // waiting, so a call that timed out leaves the caller's memory alone whatever arrives later.
-  struct Segment {
-    char* base = nullptr;
-    size_t len = 0;
-  };
-  using IntoCallback = std::function<void(Status status, std::string header, size_t length)>;
-  void CallInto(std::string_view peer, uint32_t id, std::string header, std::string data,
-                std::chrono::milliseconds timeout, std::vector<Segment> into, IntoCallback done);
-  void CallInto(std::string_view peer, uint32_t id, std::string header, std::string data,
-                std::chrono::milliseconds timeout, char* into, size_t capacity, IntoCallback done) {
-    CallInto(peer, id, std::move(header), std::move(data), timeout, {Segment{into, capacity}},
-             std::move(done));
-  }
+  // Gives the data string of a reply back to the node, which receives its next large message into
+  // it rather than into fresh pages (faulted in page by page). Any thread.
+  void Reuse(std::string buffer);
   // Call, waiting for the reply.
   Result<std::pair<std::string, std::string>> CallSync(std::string_view peer, uint32_t id,
                                                        std::string header, std::string data,
