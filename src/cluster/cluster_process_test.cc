@@ -505,6 +505,38 @@ TEST_F(ClusterProcessTest, AFullHomePassesSessionsOnAndLookupsFollow) {
   }
   // A session written nowhere is still a miss, after the probes.
   EXPECT_EQ(clients[2]->Lookup(SessionKeys("never-written", 4)).leading_hits, 0u);
+
+  // Session 0's copy away from home goes (the member reclaims it for newer sessions), and a
+  // shorter session with the same root is written at its home, which now has room. Both clients
+  // remembered the member (node 0's from its put, node 2's from a lookup): a put at home and a
+  // lookup that finds it there make them forget it, so the restores go home.
+  const uint32_t away = clients[0]->Placement(sessions[0][0])[1];
+  std::string away_name;
+  for (const auto& [name, id] : ids) {
+    if (id == away) away_name = name;
+  }
+  ASSERT_FALSE(away_name.empty());
+  auto holder = serve::RemoteStore::Connect(Socket(away_name.back() - '0'), "t",
+                                            flatcake::testing::SmallClientOptions());
+  ASSERT_TRUE(holder.ok()) << holder.status().ToString();
+  for (int s = 0; s < 6; ++s) {  // 72 MiB through a 64 MiB pool
+    const std::string name = SessionHomedAt(*clients[0], away, "newer" + std::to_string(s));
+    ASSERT_FALSE(name.empty());
+    auto put = PutSession(*clients[0], SessionKeys(name, 384), name, MediaType::kSsd);
+    ASSERT_TRUE(put.ok()) << put.status().ToString();
+  }
+  ASSERT_EQ((*holder)->Lookup(sessions[0]).leading_hits, 0u) << "not reclaimed at " << away_name;
+  const std::vector<Key> again(sessions[0].begin(), sessions[0].begin() + 64);
+  auto put = PutSession(*clients[0], again, "full0-again", MediaType::kSsd);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  ASSERT_EQ((*home)->Lookup(again).leading_hits, 64u);
+  const Restored writer = RestoreSession(*clients[0], again);
+  EXPECT_EQ(writer.result.leading_hits, 64u);
+  EXPECT_EQ(writer.wrong_bytes, 0u);
+  EXPECT_EQ(clients[2]->Lookup(again).leading_hits, 64u);
+  const Restored reader = RestoreSession(*clients[2], again);
+  EXPECT_EQ(reader.result.leading_hits, 64u);
+  EXPECT_EQ(reader.wrong_bytes, 0u);
 }
 
 // A partition: node 2's link cut. A restore from it in flight through node 1 ends in bounded

@@ -396,7 +396,10 @@ LookupResult ClusterStore::Lookup(std::span<const Key> keys) {
   const std::vector<uint32_t> order = Placement(keys[0]);
   if (order.empty()) return local_->Lookup(keys);
   LookupResult home = LookupAt(order[0], keys);
-  if (home.leading_hits > 0) return home;
+  if (home.leading_hits > 0) {
+    ForgetRoot(keys[0]);  // found at home: a copy passed on earlier is not where it is now
+    return home;
+  }
   // Not even the root at the home: the session may have been passed on by a full home.
   for (size_t i = 1; i < order.size() && i <= kOverflowProbes; ++i) {
     LookupResult r = LookupAt(order[i], keys);
@@ -425,6 +428,11 @@ void ClusterStore::RememberRoot(const Key& root, uint32_t node) {
   MutexLock lock(mu_);
   if (roots_.size() >= kMaxTails) roots_.clear();  // a cache: losing it costs lookups only
   roots_[root] = node;
+}
+
+void ClusterStore::ForgetRoot(const Key& root) {
+  MutexLock lock(mu_);
+  roots_.erase(root);
 }
 
 LookupResult ClusterStore::RemoteLookup(uint32_t node, std::span<const Key> keys) {
@@ -525,7 +533,13 @@ Result<PutResult> ClusterStore::Put(std::span<const Key> keys, const KvLayout& l
                                        : RemotePut(node, keys, layout, src, hints);
     if (r.ok()) {
       RememberTail(keys.back(), node);
-      if (!hints.prefix_tail && node != order[0]) RememberRoot(keys[0], node);  // passed on
+      if (!hints.prefix_tail) {
+        if (node != order[0]) {
+          RememberRoot(keys[0], node);  // passed on
+        } else {
+          ForgetRoot(keys[0]);  // (re)written at home
+        }
+      }
       return r;
     }
     last = r.status();

@@ -8,7 +8,8 @@
 //  - Lookup at a remote home: one UCX round trip (PeerLookup). A session whose home was full when
 //    it was written is on a later member in rendezvous order (Put, below): when the home does not
 //    hold even the root, the next kOverflowProbes members are asked, a round trip each, and the
-//    member found is remembered for the restore that follows.
+//    member found is remembered for the restore that follows (forgotten again once a lookup finds
+//    the session at its home, or a put writes it there).
 //  - Put: a batch that starts a chain goes to its rendezvous home; one that continues a chain
 //    (WriteHints.prefix_tail) goes to the member that holds its previous block, so a session
 //    stays on one node (found from this client's record of its own puts, else by a lookup of that
@@ -19,7 +20,8 @@
 //  - Restore from where the session is (the member its lookup or its put found, else its home):
 //    PeerRestore pins the hits; DRAM hits are read with one-sided
 //    UCX gets from the home's arena straight into the caller's buffers; SSD hits are read by the
-//    home's own engine and arrive layer by layer (PeerLayer), each copied into place as it lands;
+//    home's own engine and arrive layer by layer (PeerLayer), each copied into place and
+//    checksummed by the restore's thread as it lands;
 //    layers are reported in order; every block is verified against its stored checksum here. A
 //    home that dies or stops answering within `timeout` turns the blocks not yet verified into
 //    misses: never an error, never wrong bytes.
@@ -102,6 +104,7 @@ class ClusterStore final : public Store {
   // to, while that one is in `order` (the healthy members), else its home (order[0]).
   uint32_t NodeOfRoot(const Key& root, const std::vector<uint32_t>& order) EXCLUDES(mu_);
   void RememberRoot(const Key& root, uint32_t node) EXCLUDES(mu_);
+  void ForgetRoot(const Key& root) EXCLUDES(mu_);
   Result<PutResult> RemotePut(uint32_t node, std::span<const Key> keys, const KvLayout& layout,
                               const BlockBuffers& src, const WriteHints& hints);
 
