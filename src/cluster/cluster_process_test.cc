@@ -93,7 +93,7 @@ class ClusterProcessTest : public ::testing::Test {
   // DRAM of (8 + 8 i) MiB unless `dram_bytes` says otherwise (0: none).
   static constexpr uint64_t kDefaultDram = ~uint64_t{0};
   std::unique_ptr<Child> StartNode(int i, uint64_t dram_bytes = kDefaultDram, bool metrics = false,
-                                   uint64_t ssd_bytes = 64 << 20) {
+                                   uint64_t ssd_bytes = 64 << 20, const std::string& config = "") {
     const std::string pool = dir_.File("pool" + std::to_string(i));
     std::filesystem::create_directories(pool);
     const uint64_t dram = dram_bytes != kDefaultDram ? dram_bytes : uint64_t(8 + 8 * i) << 20;
@@ -111,6 +111,10 @@ class ClusterProcessTest : public ::testing::Test {
         "--node-name",      "node" + std::to_string(i),
         "--lease-ttl",      "2"};
     argv.insert(argv.end(), serve.begin(), serve.end());
+    if (!config.empty()) {
+      argv.push_back("--config");
+      argv.push_back(config);
+    }
     if (metrics) {
       const serve::HostPort at = MetricsAddress(i);
       argv.push_back("--metrics-addr");
@@ -537,6 +541,46 @@ TEST_F(ClusterProcessTest, AFullHomePassesSessionsOnAndLookupsFollow) {
   const Restored reader = RestoreSession(*clients[2], again);
   EXPECT_EQ(reader.result.leading_hits, 64u);
   EXPECT_EQ(reader.wrong_bytes, 0u);
+}
+
+// A peer's write counts against its tenant's quota at the home, as a local client's does. Node 1
+// gives tenant t 4 MiB of SSD: a 2 MiB session homed there is stored there; a 4 MiB one, written
+// through node 0, would take t past its quota, so node 1 refuses it (NoSpace) and the next member
+// takes it. Node 2, which never saw them written, looks both up and restores them byte-exact.
+TEST_F(ClusterProcessTest, APeerWriteCountsAgainstTheHomesTenantQuota) {
+  const std::string config = dir_.File("quota.toml");
+  {
+    std::ofstream out(config);
+    out << "[tenants.t]\nssd_bytes = \"4MiB\"\n";
+  }
+  std::vector<std::unique_ptr<Child>> nodes;
+  nodes.push_back(StartNode(0));
+  nodes.push_back(StartNode(1, kDefaultDram, false, 64 << 20, config));
+  nodes.push_back(StartNode(2));
+  auto ids = WaitMembers({"node0", "node1", "node2"});
+  ASSERT_EQ(ids.size(), 3u);
+  auto clients = ConnectAll([this](int i) { return Socket(i); });
+  ASSERT_EQ(clients.size(), 3u);
+  auto home = serve::RemoteStore::Connect(Socket(1), "t", flatcake::testing::SmallClientOptions());
+  ASSERT_TRUE(home.ok()) << home.status().ToString();
+  const std::string small = SessionHomedAt(*clients[0], ids["node1"], "quota-small");
+  const std::string large = SessionHomedAt(*clients[0], ids["node1"], "quota-large");
+  ASSERT_FALSE(small.empty());
+  ASSERT_FALSE(large.empty());
+  const std::vector<Key> small_keys = SessionKeys(small, 64), large_keys = SessionKeys(large, 128);
+  for (const auto* keys : {&small_keys, &large_keys}) {
+    auto put = PutSession(*clients[0], *keys, keys == &small_keys ? small : large, MediaType::kSsd);
+    ASSERT_TRUE(put.ok()) << put.status().ToString();
+    EXPECT_EQ(put->written, keys->size());
+  }
+  EXPECT_EQ((*home)->Lookup(small_keys).leading_hits, 64u);
+  EXPECT_EQ((*home)->Lookup(large_keys).leading_hits, 0u) << "stored past the tenant's quota";
+  for (const auto* keys : {&small_keys, &large_keys}) {
+    EXPECT_EQ(clients[2]->Lookup(*keys).leading_hits, keys->size());  // finds where it went
+    const Restored r = RestoreSession(*clients[2], *keys);
+    EXPECT_EQ(r.result.leading_hits, keys->size());
+    EXPECT_EQ(r.wrong_bytes, 0u);
+  }
 }
 
 // A partition: node 2's link cut. A restore from it in flight through node 1 ends in bounded

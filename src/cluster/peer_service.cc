@@ -107,10 +107,12 @@ UcxPayload PeerService::LayerBytes(const std::shared_ptr<Restore>& r, uint32_t l
 }
 
 PeerService::PeerService(FlatStore* store, UcxNode* ucx, uint32_t node_id,
-                         serve::DaemonMetrics* metrics, std::chrono::milliseconds restore_ttl)
+                         serve::TenantLedger* ledger, serve::DaemonMetrics* metrics,
+                         std::chrono::milliseconds restore_ttl)
     : store_(store),
       ucx_(ucx),
       node_id_(node_id),
+      ledger_(ledger),
       metrics_(metrics),
       restore_ttl_(restore_ttl),
       owner_(0xFCC1'0000'0000'0000ull | node_id),
@@ -220,13 +222,45 @@ void PeerService::OnPut(const std::string& header, std::string data, UcxNode::Re
   if (!hints.ok()) return Fail(respond, hints.status());
   std::vector<void*> ptrs(keys->size());
   for (size_t i = 0; i < keys->size(); ++i) ptrs[i] = data.data() + i * layout.block_bytes();
-  auto put = store_->Put(tk->stored, layout, BlockBuffers{BufferKind::kBlockContiguous, ptrs},
-                         tk->ns.StoredHints(*hints));
+  auto put =
+      ChargedPut(tk->ns.tenant(), tk->stored, layout,
+                 BlockBuffers{BufferKind::kBlockContiguous, ptrs}, tk->ns.StoredHints(*hints));
   if (!put.ok()) return Fail(respond, put.status());
   rpc::PeerPutReply reply;
   reply.set_written(put->written);
   reply.set_present(put->already_present);
   respond(Status::OK(), reply.SerializeAsString(), {});
+}
+
+Result<PutResult> PeerService::ChargedPut(const std::string& tenant, std::span<const Key> keys,
+                                          const KvLayout& layout, const BlockBuffers& src,
+                                          const WriteHints& hints) {
+  if (ledger_ == nullptr) return store_->Put(keys, layout, src, hints);
+  // The halves of a local client's put (serve/daemon_session.cc), the data half in this process.
+  FC_ASSIGN_OR_RETURN(const WriteReservation r, store_->ReserveWrite(owner_, keys, layout, hints));
+  PutResult out;
+  out.already_present = r.already_present;
+  if (r.id == 0) return out;
+  uint64_t bytes = 0;
+  for (const ReservedSegment& seg : r.segments) bytes += seg.bytes;
+  if (Status quota = ledger_->Reserve(tenant, r.medium, bytes); !quota.ok()) {
+    (void)store_->AbortWrite(owner_, r.id);
+    return quota;
+  }
+  std::vector<uint64_t> sums;
+  if (Status st = store_->WriteReserved(r, src, &sums); !st.ok()) {
+    (void)store_->AbortWrite(owner_, r.id);
+    ledger_->Unreserve(tenant, r.medium, bytes);
+    return st.WithContext("peer put");
+  }
+  // Charged before the publish, as the daemon does: a publish that fails stays charged until
+  // its scope goes.
+  ledger_->Publish(tenant, r.medium, bytes, r.scope_id, r.scope_gen);
+  FC_RETURN_IF_ERROR(store_->PublishWrite(owner_, r.id, sums));
+  out.written = static_cast<uint32_t>(r.blocks.size());
+  out.medium = r.medium;
+  out.segments = static_cast<uint32_t>(r.segments.size());
+  return out;
 }
 
 void PeerService::OnRestore(const std::string& header, UcxNode::Responder respond) {

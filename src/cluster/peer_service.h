@@ -12,7 +12,9 @@
 //   - PeerRestoreEnd: which SSD hits were read and verified; unpins and frees the staging.
 // A restore the client abandons (gone, cut off) is ended by the service after `restore_ttl`.
 // Keys are mapped into the request's tenant namespace, as the daemon maps its clients' keys.
-// Quotas are not charged for peers' writes (docs/cluster.md says so).
+// A peer's put is charged to its tenant's quota on this node (the daemon's TenantLedger), as a
+// local client's is: reserved, charged (or refused with NoSpace, which passes the batch on to the
+// next member), written with the store's writer, published.
 //
 // Thread safety: handlers run on the UCX progress thread and never block; SSD completions on the
 // store's I/O threads; the sweeper on its own thread.
@@ -27,6 +29,7 @@
 
 #include "cluster/ucx_transport.h"
 #include "serve/metrics.h"
+#include "serve/tenants.h"
 #include "store/flat_store.h"
 #include "util/thread_annotations.h"
 
@@ -44,10 +47,10 @@ enum PeerRequest : uint32_t {
 
 class PeerService {
  public:
-  // `store`, `ucx` and `metrics` (null: none; the peer_* metrics, docs/serve.md) outlive the
-  // service.
+  // `store`, `ucx`, `ledger` (null: no quotas) and `metrics` (null: none; the peer_* metrics,
+  // docs/serve.md) outlive the service.
   PeerService(FlatStore* store, UcxNode* ucx, uint32_t node_id,
-              serve::DaemonMetrics* metrics = nullptr,
+              serve::TenantLedger* ledger = nullptr, serve::DaemonMetrics* metrics = nullptr,
               std::chrono::milliseconds restore_ttl = std::chrono::seconds(30));
   // Stop().
   ~PeerService();
@@ -73,6 +76,11 @@ class PeerService {
   void OnHello(const std::string& header, UcxNode::Responder respond);
   void OnLookup(const std::string& header, UcxNode::Responder respond);
   void OnPut(const std::string& header, std::string data, UcxNode::Responder respond);
+  // Put of a peer's blocks for `tenant` (keys and hints already in its namespace), charged to
+  // its quota when there is a ledger.
+  Result<PutResult> ChargedPut(const std::string& tenant, std::span<const Key> keys,
+                               const KvLayout& layout, const BlockBuffers& src,
+                               const WriteHints& hints);
   void OnRestore(const std::string& header, UcxNode::Responder respond) EXCLUDES(mu_);
   void OnLayer(const std::string& header, UcxNode::Responder respond) EXCLUDES(mu_);
   void OnRestoreEnd(const std::string& header, UcxNode::Responder respond) EXCLUDES(mu_);
@@ -87,6 +95,7 @@ class PeerService {
   FlatStore* const store_;
   UcxNode* const ucx_;
   const uint32_t node_id_;
+  serve::TenantLedger* const ledger_;
   serve::DaemonMetrics* const metrics_;
   const std::chrono::milliseconds restore_ttl_;
   const uint64_t owner_;  // the lease owner of every pin the service takes

@@ -106,6 +106,7 @@ class Daemon::Impl {
   FlatStore& store() { return *store_; }
   const std::string& socket_path() const { return options_.socket_path; }
   std::vector<TenantUsage> TenantUsages() const { return ledger_->Usage(); }
+  TenantLedger& ledger() { return *ledger_; }
   size_t num_clients() const {
     MutexLock lock(mu_);
     return sessions_.size();
@@ -291,6 +292,7 @@ void Daemon::Shutdown() { impl_->Shutdown(); }
 FlatStore& Daemon::store() { return impl_->store(); }
 const std::string& Daemon::socket_path() const { return impl_->socket_path(); }
 std::vector<TenantUsage> Daemon::TenantUsages() const { return impl_->TenantUsages(); }
+TenantLedger& Daemon::ledger() { return impl_->ledger(); }
 size_t Daemon::num_clients() const { return impl_->num_clients(); }
 
 }  // namespace flatcake::serve

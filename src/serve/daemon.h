@@ -136,6 +136,9 @@ class Daemon {
   const std::string& socket_path() const;
   // Per tenant, what its reservations and published segments occupy (serve/tenants.h).
   std::vector<TenantUsage> TenantUsages() const;
+  // The tenants' quota accounts, for writes that reach the store other than through a client
+  // connection (a cluster peer's: cluster/peer_service.h).
+  TenantLedger& ledger();
   // Connections being served (Hello done or not).
   size_t num_clients() const;
 

@@ -106,6 +106,11 @@ class FlatStore final : public Store, private ScopeHost {
   Result<WriteReservation> ReserveWrite(uint64_t owner, std::span<const Key> keys,
                                         const KvLayout& layout, const WriteHints& hints = {})
       EXCLUDES(index_mu_, mu_, leases_mu_);
+  // Put's data half in this process, for an owner that holds no media of its own (a cluster
+  // peer's put, which the daemon charges to a tenant between the halves): writes every segment of
+  // `r` from `src` with the store's writer; `checksums` as PublishWrite takes them.
+  Status WriteReserved(const WriteReservation& r, const BlockBuffers& src,
+                       std::vector<uint64_t>* checksums) const;
   // Put's second half, once the owner's data half has written every segment of the reservation:
   // `checksums` has one per entry of its `blocks` (SegmentWriter::WriteAll's). Publishes segment
   // after segment (a durable medium's commit record, then the index entries) and ends the lease.

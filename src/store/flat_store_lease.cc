@@ -91,6 +91,12 @@ void FlatStore::RetakeSlots(PendingWrite& w) {
   }
 }
 
+Status FlatStore::WriteReserved(const WriteReservation& r, const BlockBuffers& src,
+                                std::vector<uint64_t>* checksums) const {
+  FC_RETURN_IF_ERROR(ValidateBuffers(src, r.layout, r.present.size()));
+  return writer_->WriteAll(r, src, checksums);
+}
+
 Status FlatStore::PublishWrite(uint64_t owner, uint64_t reservation,
                                std::span<const uint64_t> checksums) {
   if (reservation == 0) return Status::OK();
