@@ -46,7 +46,7 @@ class ClusterProcessTest : public ::testing::Test {
     std::string etcd_host = "127.0.0.1";
     if (std::getenv("FLATCAKE_CLUSTER_TEST_LOOPBACK") != nullptr) {
       why_loopback_ = "FLATCAKE_CLUSTER_TEST_LOOPBACK is set";
-    } else if (auto lab = flatcake::testing::NetnsLab::Create(3); lab.ok()) {
+    } else if (auto lab = flatcake::testing::NetnsLab::Create(4); lab.ok()) {
       lab_ = std::move(*lab);
       etcd_host = lab_->host_address();
       ucx_env_ = std::make_unique<flatcake::testing::UcxEnvironment>("tcp", lab_->bridge());
@@ -247,19 +247,19 @@ std::unique_ptr<ClusterStore> ConnectCluster(const std::string& socket) {
   return c.ok() ? std::move(*c) : nullptr;
 }
 
-// Clients of nodes 0-2's daemons, once each sees all three members (empty on failure).
-std::vector<std::unique_ptr<ClusterStore>> ConnectAll(
-    const std::function<std::string(int)>& socket) {
+// Clients of nodes 0..n-1's daemons, once each sees all n members (empty on failure).
+std::vector<std::unique_ptr<ClusterStore>> ConnectAll(const std::function<std::string(int)>& socket,
+                                                      size_t n = 3) {
   std::vector<std::unique_ptr<ClusterStore>> c;
-  for (int i = 0; i < 3; ++i) {
-    c.push_back(ConnectCluster(socket(i)));
+  for (size_t i = 0; i < n; ++i) {
+    c.push_back(ConnectCluster(socket(static_cast<int>(i))));
     if (c.back() == nullptr) return {};
   }
   for (const auto& store : c) {
-    for (int i = 0; i < 100 && store->Placement(Key{1, 2}).size() != 3; ++i) {
+    for (int i = 0; i < 100 && store->Placement(Key{1, 2}).size() != n; ++i) {
       std::this_thread::sleep_for(milliseconds(100));
     }
-    EXPECT_EQ(store->Placement(Key{1, 2}).size(), 3u);
+    EXPECT_EQ(store->Placement(Key{1, 2}).size(), n);
   }
   return c;
 }
@@ -541,6 +541,44 @@ TEST_F(ClusterProcessTest, AFullHomePassesSessionsOnAndLookupsFollow) {
   const Restored reader = RestoreSession(*clients[2], again);
   EXPECT_EQ(reader.result.leading_hits, 64u);
   EXPECT_EQ(reader.wrong_bytes, 0u);
+}
+
+// A new session goes no further than a lookup asks (the home and two more members): with four
+// members, one whose first three in rendezvous order have no room for it is refused, where it
+// used to be stored on the fourth and never found by the clients that did not write it.
+TEST_F(ClusterProcessTest, ASessionNoLookupWouldFindIsRefused) {
+  std::vector<std::unique_ptr<Child>> nodes;
+  const uint64_t ssd[4] = {64 << 20, 8 << 20, 8 << 20, 8 << 20};  // only node 0 holds 12 MiB
+  for (int i = 0; i < 4; ++i) nodes.push_back(StartNode(i, 0, false, ssd[i]));
+  auto ids = WaitMembers({"node0", "node1", "node2", "node3"});
+  ASSERT_EQ(ids.size(), 4u);
+  auto clients = ConnectAll([this](int i) { return Socket(i); }, 4);
+  ASSERT_EQ(clients.size(), 4u);
+  // A session whose last member in rendezvous order is node 0, and one whose second is.
+  std::string last, second;
+  for (int i = 0; i < 100000 && (last.empty() || second.empty()); ++i) {
+    const std::string name = "order" + std::to_string(i);
+    const std::vector<uint32_t> order = clients[1]->Placement(SessionKeys(name, 1)[0]);
+    ASSERT_EQ(order.size(), 4u);
+    if (order[3] == ids["node0"] && last.empty()) last = name;
+    if (order[1] == ids["node0"] && second.empty()) second = name;
+  }
+  ASSERT_FALSE(last.empty());
+  ASSERT_FALSE(second.empty());
+  auto big = serve::RemoteStore::Connect(Socket(0), "t", flatcake::testing::SmallClientOptions());
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  const std::vector<Key> refused = SessionKeys(last, 384), passed = SessionKeys(second, 384);
+  auto put = PutSession(*clients[1], refused, last, MediaType::kSsd);
+  EXPECT_TRUE(put.status().IsNoSpace()) << put.status().ToString();
+  EXPECT_EQ((*big)->Lookup(refused).leading_hits, 0u) << "stored where no lookup looks";
+  // One member past a full home still takes it, and another client finds it there.
+  put = PutSession(*clients[1], passed, second, MediaType::kSsd);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(put->written, 384u);
+  EXPECT_EQ(clients[3]->Lookup(passed).leading_hits, 384u);
+  const Restored r = RestoreSession(*clients[3], passed);
+  EXPECT_EQ(r.result.leading_hits, 384u);
+  EXPECT_EQ(r.wrong_bytes, 0u);
 }
 
 // A peer's write counts against its tenant's quota at the home, as a local client's does. Node 1

@@ -526,6 +526,10 @@ Result<PutResult> ClusterStore::Put(std::span<const Key> keys, const KvLayout& l
       order.erase(std::remove(order.begin(), order.end(), *at), order.end());
       order.insert(order.begin(), *at);
     }
+  } else if (order.size() > 1 + kOverflowProbes) {
+    // Only as far as a lookup asks: a new session no lookup would find is refused (NoSpace)
+    // rather than stored where it takes room and is never restored.
+    order.resize(1 + kOverflowProbes);
   }
   Status last;
   for (uint32_t node : order) {

@@ -15,8 +15,9 @@
 //    stays on one node (found from this client's record of its own puts, else by a lookup of that
 //    block at each member). To a remote member the blocks travel with the request (PeerPut); it
 //    reserves, writes and publishes them as any Put. A home that answers NoSpace passes the batch
-//    to the next member in rendezvous order. While etcd is unreachable (the daemon says so), new
-//    sessions are placed on this node.
+//    to the next member in rendezvous order, as far as kOverflowProbes members past the home (as
+//    far as a lookup asks): a new session none of those can hold is refused with NoSpace. While
+//    etcd is unreachable (the daemon says so), new sessions are placed on this node.
 //  - Restore from where the session is (the member its lookup or its put found, else its home):
 //    PeerRestore pins the hits; DRAM hits are read with one-sided
 //    UCX gets from the home's arena straight into the caller's buffers; SSD hits are read by the
@@ -28,8 +29,7 @@
 // The member list is the daemon's, refreshed at most every `view_refresh`; a daemon that was no
 // cluster member at Connect is never asked again (the store is its RemoteStore, at no cost).
 //
-// Not done yet (docs/cluster.md): Reclaim, Clear and GetStats are the local node's; a session
-// passed on beyond kOverflowProbes members is not found.
+// Not done yet (docs/cluster.md): Reclaim, Clear and GetStats are the local node's.
 //
 // Thread safety: as RemoteStore; restore handles must not outlive the store.
 #pragma once
