@@ -2,16 +2,19 @@
 // and its JSON line's fields, every restored byte verified. No figure is held to a target here (a
 // timed test on a shared machine is noise); the figures go in docs/cluster.md.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "testing/command_run.h"
 #include "util/temp_dir.h"
 
 namespace flatcake::cli {
 namespace {
+
+using flatcake::testing::CommandRun;
+using flatcake::testing::LastLine;
+using flatcake::testing::RunCommand;
 
 TEST(BenchClusterTest, JsonLineCarriesTheRatiosAndEveryByteIsVerified) {
   TempDir dir("bench-cluster-test");
@@ -19,16 +22,11 @@ TEST(BenchClusterTest, JsonLineCarriesTheRatiosAndEveryByteIsVerified) {
                           " bench cluster --bytes 8M --pd-bytes 8M --layers 4 --slice-bytes 16K"
                           " --reps 2 --lookups 50 --json --ssd-dir " +
                           dir.path();
-  std::FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
-  const int w = pclose(p);
-  ASSERT_TRUE(WIFEXITED(w) && WEXITSTATUS(w) == 0) << out;
-  const size_t last = out.rfind('\n', out.size() - 2);
-  ASSERT_NE(last, std::string::npos) << "a table comes before the JSON line";
-  const auto j = nlohmann::json::parse(out.substr(last + 1));
+  const CommandRun r = RunCommand(cmd);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string line = LastLine(r.out);
+  ASSERT_FALSE(line.empty()) << "a table comes before the JSON line";
+  const auto j = nlohmann::json::parse(line);
   for (const char* f : {"remote_dram_vs_ucx", "remote_ssd_vs_ucx", "lookup_p99_us", "lookup_p50_us",
                         "remote_dram_gbps", "ucx_dram_gbps", "remote_ssd_gbps", "ucx_ssd_gbps",
                         "local_ssd_gbps", "pd_first_layer_ms", "pd_total_ms"}) {

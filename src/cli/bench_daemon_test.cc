@@ -14,6 +14,7 @@ namespace flatcake::cli {
 namespace {
 
 using flatcake::testing::CommandRun;
+using flatcake::testing::LastLine;
 using flatcake::testing::RunCommand;
 
 TEST(BenchDaemonTest, JsonLineCarriesBothSidesAndEveryByteIsVerified) {
@@ -23,9 +24,9 @@ TEST(BenchDaemonTest, JsonLineCarriesBothSidesAndEveryByteIsVerified) {
                                   " --clients 2 --keys 16 --duration-ms 100 --json --ssd-dir " +
                                   dir.path());
   ASSERT_EQ(r.status, 0) << r.out;
-  const size_t last = r.out.rfind('\n', r.out.size() - 2);
-  ASSERT_NE(last, std::string::npos) << "a table comes before the JSON line";
-  const auto j = nlohmann::json::parse(r.out.substr(last + 1));
+  const std::string line = LastLine(r.out);
+  ASSERT_FALSE(line.empty()) << "a table comes before the JSON line";
+  const auto j = nlohmann::json::parse(line);
   for (const char* f :
        {"daemon_vs_embedded", "embedded_gbps", "daemon_gbps", "dram_daemon_vs_embedded",
         "dram_embedded_gbps", "dram_daemon_gbps", "lookup_p50_us", "lookup_p99_us"}) {

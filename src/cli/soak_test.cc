@@ -76,6 +76,7 @@ TEST(SoakReportTest, NotJudgedWhenShortOrWhenTheRestartFallsInTheWindow) {
 }
 
 using flatcake::testing::CommandRun;
+using flatcake::testing::LastLine;
 using flatcake::testing::RunCommand;
 
 TEST(SoakTest, AShortSoakHasNoWrongByteNoUnexpectedErrorAndNoFdLeak) {
@@ -85,9 +86,9 @@ TEST(SoakTest, AShortSoakHasNoWrongByteNoUnexpectedErrorAndNoFdLeak) {
                                   " --dir " +
                                   dir.path());
   EXPECT_EQ(r.status, 0) << r.out;
-  const size_t last = r.out.rfind('\n', r.out.size() - 2);
-  ASSERT_NE(last, std::string::npos) << r.out;
-  const auto j = nlohmann::json::parse(r.out.substr(last + 1));
+  const std::string line = LastLine(r.out);
+  ASSERT_FALSE(line.empty()) << r.out;
+  const auto j = nlohmann::json::parse(line);
   EXPECT_EQ(j["wrong_bytes"], 0) << r.out;
   EXPECT_EQ(j["checksum_misses"], 0) << r.out;
   EXPECT_EQ(j["unexpected_errors"], 0) << r.out;

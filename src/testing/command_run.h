@@ -1,5 +1,6 @@
 // RunCommand: a shell command run to its end (popen), its stdout and exit status, for the tests
-// that run the built `flatcake` binary as a process (bench_daemon_test, soak_test). Test-only.
+// that run the built `flatcake` binary as a process (bench_cluster_test, bench_daemon_test,
+// soak_test); LastLine: the line a `--json` run ends its output with. Test-only.
 #pragma once
 
 #include <sys/wait.h>
@@ -23,6 +24,14 @@ inline CommandRun RunCommand(const std::string& cmd) {
   const int w = pclose(p);
   r.status = WIFEXITED(w) ? WEXITSTATUS(w) : -1;
   return r;
+}
+
+// The last line of `out` (which ends in a newline), when at least one line comes before it (a
+// command's table before its JSON line); empty otherwise.
+inline std::string LastLine(const std::string& out) {
+  if (out.size() < 2) return "";
+  const size_t before = out.rfind('\n', out.size() - 2);
+  return before == std::string::npos ? "" : out.substr(before + 1);
 }
 
 }  // namespace flatcake::testing
