@@ -158,6 +158,13 @@ class ClusterProcessTest : public ::testing::Test {
     return {};
   }
 
+  // A plain client of node i's daemon (no routing: that node's own store); null on failure.
+  std::unique_ptr<serve::RemoteStore> LocalClient(int i) {
+    auto c = serve::RemoteStore::Connect(Socket(i), "t", flatcake::testing::SmallClientOptions());
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
   bool Answers(int i) {
     auto c = serve::RemoteStore::Connect(Socket(i), "t", flatcake::testing::SmallClientOptions());
     return c.ok();
@@ -456,14 +463,13 @@ TEST_F(ClusterProcessTest, SessionsSpreadAcrossNodesByWeight) {
   for (int i = 0; i < 3; ++i) {
     const uint32_t id = ids["node" + std::to_string(i)];
     // The node's own store (a plain client of its daemon: no routing) holds exactly its homes.
-    auto local =
-        serve::RemoteStore::Connect(Socket(i), "t", flatcake::testing::SmallClientOptions());
-    ASSERT_TRUE(local.ok()) << local.status().ToString();
+    auto local = LocalClient(i);
+    ASSERT_NE(local, nullptr);
     const std::vector<Key>& mine = by_home[id];
     size_t held = 0;
-    for (const Key& k : mine) held += (*local)->Lookup(std::vector<Key>{k}).leading_hits;
+    for (const Key& k : mine) held += local->Lookup(std::vector<Key>{k}).leading_hits;
     EXPECT_EQ(held, mine.size()) << "node" << i;
-    const StoreStats st = (*local)->GetStats();
+    const StoreStats st = local->GetStats();
     EXPECT_EQ(st.dram.blocks_live + st.ssd.blocks_live, mine.size()) << "node" << i;
     const double share = static_cast<double>(mine.size()) / 350;
     const double expect = static_cast<double>(ssd[i]) / total_weight;
@@ -484,8 +490,8 @@ TEST_F(ClusterProcessTest, AFullHomePassesSessionsOnAndLookupsFollow) {
   ASSERT_EQ(ids.size(), 3u);
   auto clients = ConnectAll([this](int i) { return Socket(i); });
   ASSERT_EQ(clients.size(), 3u);
-  auto home = serve::RemoteStore::Connect(Socket(1), "t", flatcake::testing::SmallClientOptions());
-  ASSERT_TRUE(home.ok()) << home.status().ToString();
+  auto home = LocalClient(1);
+  ASSERT_NE(home, nullptr);
   // Three sessions of 12 MiB homed at node 1, then one of 2 MiB that fits there.
   std::vector<std::vector<Key>> sessions;
   for (int s = 0; s < 4; ++s) {
@@ -495,7 +501,7 @@ TEST_F(ClusterProcessTest, AFullHomePassesSessionsOnAndLookupsFollow) {
     auto put = PutSession(*clients[0], sessions.back(), name, MediaType::kSsd);
     ASSERT_TRUE(put.ok()) << "session " << s << ": " << put.status().ToString();
     ASSERT_EQ(put->written, sessions.back().size());
-    EXPECT_EQ((*home)->Lookup(sessions.back()).leading_hits, s < 3 ? 0u : 64u) << "session " << s;
+    EXPECT_EQ(home->Lookup(sessions.back()).leading_hits, s < 3 ? 0u : 64u) << "session " << s;
   }
   // Node 2's client never saw them written: its lookups find each where it is; node 0's client
   // knows where it put them.
@@ -515,25 +521,24 @@ TEST_F(ClusterProcessTest, AFullHomePassesSessionsOnAndLookupsFollow) {
   // remembered the member (node 0's from its put, node 2's from a lookup): a put at home and a
   // lookup that finds it there make them forget it, so the restores go home.
   const uint32_t away = clients[0]->Placement(sessions[0][0])[1];
-  std::string away_name;
-  for (const auto& [name, id] : ids) {
-    if (id == away) away_name = name;
+  int away_index = -1;
+  for (int i = 0; i < 3; ++i) {
+    if (ids["node" + std::to_string(i)] == away) away_index = i;
   }
-  ASSERT_FALSE(away_name.empty());
-  auto holder = serve::RemoteStore::Connect(Socket(away_name.back() - '0'), "t",
-                                            flatcake::testing::SmallClientOptions());
-  ASSERT_TRUE(holder.ok()) << holder.status().ToString();
+  ASSERT_GE(away_index, 0);
+  auto holder = LocalClient(away_index);
+  ASSERT_NE(holder, nullptr);
   for (int s = 0; s < 6; ++s) {  // 72 MiB through a 64 MiB pool
     const std::string name = SessionHomedAt(*clients[0], away, "newer" + std::to_string(s));
     ASSERT_FALSE(name.empty());
     auto put = PutSession(*clients[0], SessionKeys(name, 384), name, MediaType::kSsd);
     ASSERT_TRUE(put.ok()) << put.status().ToString();
   }
-  ASSERT_EQ((*holder)->Lookup(sessions[0]).leading_hits, 0u) << "not reclaimed at " << away_name;
+  ASSERT_EQ(holder->Lookup(sessions[0]).leading_hits, 0u) << "not reclaimed at node" << away_index;
   const std::vector<Key> again(sessions[0].begin(), sessions[0].begin() + 64);
   auto put = PutSession(*clients[0], again, "full0-again", MediaType::kSsd);
   ASSERT_TRUE(put.ok()) << put.status().ToString();
-  ASSERT_EQ((*home)->Lookup(again).leading_hits, 64u);
+  ASSERT_EQ(home->Lookup(again).leading_hits, 64u);
   const Restored writer = RestoreSession(*clients[0], again);
   EXPECT_EQ(writer.result.leading_hits, 64u);
   EXPECT_EQ(writer.wrong_bytes, 0u);
@@ -565,12 +570,12 @@ TEST_F(ClusterProcessTest, ASessionNoLookupWouldFindIsRefused) {
   }
   ASSERT_FALSE(last.empty());
   ASSERT_FALSE(second.empty());
-  auto big = serve::RemoteStore::Connect(Socket(0), "t", flatcake::testing::SmallClientOptions());
-  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  auto big = LocalClient(0);
+  ASSERT_NE(big, nullptr);
   const std::vector<Key> refused = SessionKeys(last, 384), passed = SessionKeys(second, 384);
   auto put = PutSession(*clients[1], refused, last, MediaType::kSsd);
   EXPECT_TRUE(put.status().IsNoSpace()) << put.status().ToString();
-  EXPECT_EQ((*big)->Lookup(refused).leading_hits, 0u) << "stored where no lookup looks";
+  EXPECT_EQ(big->Lookup(refused).leading_hits, 0u) << "stored where no lookup looks";
   // One member past a full home still takes it, and another client finds it there.
   put = PutSession(*clients[1], passed, second, MediaType::kSsd);
   ASSERT_TRUE(put.ok()) << put.status().ToString();
@@ -599,8 +604,8 @@ TEST_F(ClusterProcessTest, APeerWriteCountsAgainstTheHomesTenantQuota) {
   ASSERT_EQ(ids.size(), 3u);
   auto clients = ConnectAll([this](int i) { return Socket(i); });
   ASSERT_EQ(clients.size(), 3u);
-  auto home = serve::RemoteStore::Connect(Socket(1), "t", flatcake::testing::SmallClientOptions());
-  ASSERT_TRUE(home.ok()) << home.status().ToString();
+  auto home = LocalClient(1);
+  ASSERT_NE(home, nullptr);
   const std::string small = SessionHomedAt(*clients[0], ids["node1"], "quota-small");
   const std::string large = SessionHomedAt(*clients[0], ids["node1"], "quota-large");
   ASSERT_FALSE(small.empty());
@@ -611,8 +616,8 @@ TEST_F(ClusterProcessTest, APeerWriteCountsAgainstTheHomesTenantQuota) {
     ASSERT_TRUE(put.ok()) << put.status().ToString();
     EXPECT_EQ(put->written, keys->size());
   }
-  EXPECT_EQ((*home)->Lookup(small_keys).leading_hits, 64u);
-  EXPECT_EQ((*home)->Lookup(large_keys).leading_hits, 0u) << "stored past the tenant's quota";
+  EXPECT_EQ(home->Lookup(small_keys).leading_hits, 64u);
+  EXPECT_EQ(home->Lookup(large_keys).leading_hits, 0u) << "stored past the tenant's quota";
   for (const auto* keys : {&small_keys, &large_keys}) {
     EXPECT_EQ(clients[2]->Lookup(*keys).leading_hits, keys->size());  // finds where it went
     const Restored r = RestoreSession(*clients[2], *keys);

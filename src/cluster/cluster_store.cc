@@ -161,14 +161,9 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
       const rpc::BlockLocation& b = pinned.blocks(static_cast<int>(i));
       if (!b.found()) continue;
       bool ok = true;
-      uint64_t sum;
       const bool from_ssd = b.medium() == rpc::MEDIUM_SSD;
-      if (from_ssd) {
-        ok = ssd_ok[next_ssd] != 0;
-        sum = ssd_sums[next_ssd++];
-      } else {
-        sum = BlockChecksum(Buffers(), layout_, i);
-      }
+      if (from_ssd) ok = ssd_ok[next_ssd] != 0;
+      const uint64_t sum = from_ssd ? ssd_sums[next_ssd++] : BlockChecksum(Buffers(), layout_, i);
       if (ok && sum != b.checksum()) {
         ok = false;
         out.corrupt++;
@@ -263,7 +258,7 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     }
   }
 
-  // Copies layer `layer` of the SSD hits from `data` (the home's [plane][hit] slices) into the
+  // Copies layer `layer` of the SSD hits from `data` (the home's [hit][plane] slices) into the
   // caller's slices, adding each slice's checksum to its hit's sum.
   void ScatterLayer(uint32_t layer, const std::string& data, const std::vector<uint32_t>& ssd,
                     std::vector<uint64_t>* sums) {

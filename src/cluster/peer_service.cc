@@ -241,8 +241,7 @@ Result<PutResult> PeerService::ChargedPut(const std::string& tenant, std::span<c
   PutResult out;
   out.already_present = r.already_present;
   if (r.id == 0) return out;
-  uint64_t bytes = 0;
-  for (const ReservedSegment& seg : r.segments) bytes += seg.bytes;
+  const uint64_t bytes = r.bytes();
   if (Status quota = ledger_->Reserve(tenant, r.medium, bytes); !quota.ok()) {
     (void)store_->AbortWrite(owner_, r.id);
     return quota;

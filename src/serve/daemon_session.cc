@@ -259,8 +259,7 @@ Status ClientSession::HandleReserveWrite(const rpc::ReserveWrite& req, rpc::Resp
   const KvLayout layout = FromRpc(req.layout());
   FC_ASSIGN_OR_RETURN(WriteReservation r,
                       store_.ReserveWrite(token_, keys, layout, ns_->StoredHints(hints)));
-  Reservation held{r.medium, 0, r.scope_id, r.scope_gen, r.blocks};
-  for (const ReservedSegment& seg : r.segments) held.bytes += seg.bytes;
+  Reservation held{r.medium, r.bytes(), r.scope_id, r.scope_gen, r.blocks};
   if (r.id != 0) {
     if (Status quota = ctx_.ledger->Reserve(id_.tenant, r.medium, held.bytes); !quota.ok()) {
       (void)store_.AbortWrite(token_, r.id);

@@ -72,6 +72,13 @@ struct WriteReservation {
   // The batch indices of the keys to write, in the order the segments hold them.
   std::vector<uint32_t> blocks;
   std::vector<ReservedSegment> segments;
+
+  // The segments' footprints together: what a tenant's quota is charged for it.
+  uint64_t bytes() const {
+    uint64_t n = 0;
+    for (const ReservedSegment& seg : segments) n += seg.bytes;
+    return n;
+  }
 };
 
 // A block found by FlatStore::PinRead, its scope pinned so that its bytes stay as they are.
