@@ -11,9 +11,8 @@ namespace flatcake {
 namespace {
 
 constexpr uint64_t kNone = ~0ull;
-constexpr uint64_t kStagingAlign = 4096;       // O_DIRECT buffer alignment
-constexpr uint64_t kWindowAlign = 2ull << 20;  // lets the kernel back the window with huge pages
-constexpr uint64_t kMaxDiscard = 1ull << 20;   // larger gaps take several discard iovecs
+constexpr uint64_t kStagingAlign = 4096;      // O_DIRECT buffer alignment
+constexpr uint64_t kMaxDiscard = 1ull << 20;  // larger gaps take several discard iovecs
 
 // Bytes of slice `s` that fall inside read `r`: [lo, hi) in file offsets.
 inline void Intersect(const SliceRead& s, const MergedRead& r, uint64_t* lo, uint64_t* hi) {
@@ -286,10 +285,12 @@ Result<std::unique_ptr<RestoreReader>> RestoreReader::Create(IoEngine& engine,
     reader->coalesce_.max_io =
         reader->window_bytes_ / options.coalesce.alignment * options.coalesce.alignment;
   }
-  // Pre-faulted: the pages are faulted in now, not during restores.
-  Result<AlignedBuffer> window = AlignedBuffer::Allocate(
-      reader->window_bytes_,
-      {.alignment = kWindowAlign, .backing = PageBacking::kTransparentHuge, .prefault = true});
+  // Pre-faulted: the pages are faulted in now, not during restores. Huge pages for a window of
+  // one or more; a smaller one (a test's, a fuzz target's) is not rounded up to 2 MiB.
+  AlignedBufferOptions window_options =
+      AlignedBuffer::HugePagesWhenLarge(reader->window_bytes_, kStagingAlign);
+  window_options.prefault = true;
+  Result<AlignedBuffer> window = AlignedBuffer::Allocate(reader->window_bytes_, window_options);
   if (!window.ok()) {
     return Status::NoSpace("cannot allocate a " + std::to_string(reader->window_bytes_) +
                            " byte restore window");

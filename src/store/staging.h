@@ -48,11 +48,10 @@ class StagingPool {
 
   // REQUIRES: buffer_bytes a multiple of 4 KiB; 1 <= count <= kMaxBuffers.
   static Result<std::unique_ptr<StagingPool>> Create(uint64_t buffer_bytes, uint32_t count) {
-    FC_ASSIGN_OR_RETURN(
-        AlignedBuffer mem,
-        AlignedBuffer::Allocate(buffer_bytes * count, {.alignment = AlignedBuffer::kHugePageBytes,
-                                                       .backing = PageBacking::kTransparentHuge,
-                                                       .prefault = true}));
+    // Huge pages for a staging of one or more; a smaller one is not rounded up to 2 MiB.
+    AlignedBufferOptions options = AlignedBuffer::HugePagesWhenLarge(buffer_bytes * count, 4096);
+    options.prefault = true;
+    FC_ASSIGN_OR_RETURN(AlignedBuffer mem, AlignedBuffer::Allocate(buffer_bytes * count, options));
     return std::unique_ptr<StagingPool>(new StagingPool(buffer_bytes, count, std::move(mem)));
   }
 
