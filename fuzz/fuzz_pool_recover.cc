@@ -34,17 +34,18 @@ constexpr KvLayout kLayout{2, 2, 4096};  // 16 KiB blocks
 
 StoreOptions PoolOptions(const std::string& dir) {
   StoreOptions o;
-  o.dram_bytes = 4 * kMiB;
+  o.dram_bytes = 0;  // every write goes to SSD, and a DRAM arena is pre-faulted at open
   o.ssd_dirs = {dir};
   o.ssd_bytes = 8 * kMiB;
   o.ssd_file_bytes = 2 * kMiB;
   o.max_scopes = 64;
   o.io_engine = IoEngineKind::kPosix;
   // The store zeroes its read window and write staging at open (128 + 32 MiB by default), and its
-  // index: that took 90% of an execution (10 a second). 1 MiB of each serves this small pool.
-  o.read_window_bytes = 1 * kMiB;
-  o.write_staging_bytes = 1 * kMiB;
-  o.index_capacity = 4096;  // a pool of 8 MiB holds 512 blocks
+  // index: that took 90% of an execution (10 a second). A few segments of each serve this pool.
+  o.read_window_bytes = 64 * kKiB;
+  o.write_staging_bytes = 64 * kKiB;
+  o.max_io_bytes = 64 * kKiB;
+  o.index_capacity = 1024;  // a pool of 8 MiB holds 512 blocks
   return o;
 }
 
@@ -54,6 +55,7 @@ struct Pool {
   std::string journal = dir.path() + "/" + durable::kJournalName;
   uint64_t store_id = 0;
   std::vector<Key> keys = MakeKeys(7, 0, 24);
+  HostBlocks dst{kLayout, keys.size()};  // every execution's restore of `keys`: faulted in once
 };
 
 std::unique_ptr<FlatStore> OpenStore(const StoreOptions& o) {
@@ -139,8 +141,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto s = OpenStore(pool.options);
   if (s == nullptr) return 0;
   (void)s->Lookup(pool.keys);
-  HostBlocks dst(kLayout, pool.keys.size());
-  (void)s->Get(pool.keys, kLayout, dst.buffers());
+  (void)s->Get(pool.keys, kLayout, pool.dst.buffers());
   // Whatever recovery kept, the store takes a new write and serves it back: keys of this
   // execution's own, which no input can name in advance.
   static uint64_t execution = 0;
