@@ -268,11 +268,22 @@ TEST_F(ServeProcessTest, AConfigFileServesAndTheMetricsShowTheLoad) {
     EXPECT_EQ(testing::ServedBlocks(*me, keys, kServeLayout), testing::AllOf(4, 1));
   }
 
-  auto got = HttpGet(endpoint, "/metrics", std::chrono::milliseconds(5000));
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
-  ASSERT_EQ(got->status, 200);
-  auto text = PromText::Parse(got->body);
-  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  // The last restore's Unpin (which brings the delivered bytes) is sent without waiting for its
+  // reply: scrape until the daemon has counted it, for 5 s at most.
+  Result<HttpResponse> got = Status::NotFound("not scraped");
+  Result<PromText> text = Status::NotFound("not scraped");
+  for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);;) {
+    got = HttpGet(endpoint, "/metrics", std::chrono::milliseconds(5000));
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_EQ(got->status, 200);
+    text = PromText::Parse(got->body);
+    ASSERT_TRUE(text.ok()) << text.status().ToString();
+    if (text->Sum("flatcake_requests_total", {{"type", "unpin"}}) >= 3 ||
+        std::chrono::steady_clock::now() > until) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   std::printf("%s", got->body.c_str());
   EXPECT_EQ(text->Sum("flatcake_clients", {{"tenant", "t"}}), 1);
   EXPECT_EQ(text->Sum("flatcake_connections_total"), 1);
