@@ -460,6 +460,7 @@ TEST_F(ClusterProcessTest, SessionsSpreadAcrossNodesByWeight) {
   }
   double total_weight = 0;
   for (uint64_t b : ssd) total_weight += static_cast<double>(b);
+  StoreStats sum;
   for (int i = 0; i < 3; ++i) {
     const uint32_t id = ids["node" + std::to_string(i)];
     // The node's own store (a plain client of its daemon: no routing) holds exactly its homes.
@@ -471,11 +472,22 @@ TEST_F(ClusterProcessTest, SessionsSpreadAcrossNodesByWeight) {
     EXPECT_EQ(held, mine.size()) << "node" << i;
     const StoreStats st = local->GetStats();
     EXPECT_EQ(st.dram.blocks_live + st.ssd.blocks_live, mine.size()) << "node" << i;
+    sum.ssd.capacity_bytes += st.ssd.capacity_bytes;
+    sum.ssd.blocks_live += st.ssd.blocks_live;
+    sum.blocks_written += st.blocks_written;
     const double share = static_cast<double>(mine.size()) / 350;
     const double expect = static_cast<double>(ssd[i]) / total_weight;
     std::printf("node%d (%llu MiB): %zu of 350 sessions, share %.3f, weight's share %.3f\n", i,
                 static_cast<unsigned long long>(ssd[i] >> 20), mine.size(), share, expect);
     EXPECT_NEAR(share, expect, expect * 0.4) << "node" << i;
+  }
+  // A cluster client's stats are the whole cluster's, through whichever node it is connected to.
+  EXPECT_EQ(sum.ssd.blocks_live, 350u);
+  for (const auto& c : clients) {
+    const StoreStats all = c->GetStats();
+    EXPECT_EQ(all.ssd.capacity_bytes, sum.ssd.capacity_bytes);
+    EXPECT_EQ(all.ssd.blocks_live, 350u);
+    EXPECT_EQ(all.blocks_written, sum.blocks_written);
   }
 }
 

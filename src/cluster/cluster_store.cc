@@ -351,7 +351,7 @@ std::vector<uint32_t> ClusterStore::Placement(const Key& root) {
   return RendezvousOrder(root, nodes);
 }
 
-Result<ClusterStore::Peer> ClusterStore::PeerOf(uint32_t node) {
+Result<ClusterStore::Peer> ClusterStore::PeerOf(uint32_t node) const {
   Peer p;
   {
     MutexLock lock(mu_);
@@ -384,6 +384,81 @@ Result<ClusterStore::Peer> ClusterStore::PeerOf(uint32_t node) {
   MutexLock lock(mu_);
   peers_[node] = p;
   return p;
+}
+
+namespace {
+
+void AddMedium(MediumStats& to, const MediumStats& m) {
+  to.capacity_bytes += m.capacity_bytes;
+  to.used_bytes += m.used_bytes;
+  to.admitted_bytes += m.admitted_bytes;
+  to.written_bytes += m.written_bytes;
+  to.read_bytes += m.read_bytes;
+  to.delivered_bytes += m.delivered_bytes;
+  to.reclaimed_bytes += m.reclaimed_bytes;
+  to.scopes_live += m.scopes_live;
+  to.scopes_reclaimed += m.scopes_reclaimed;
+  to.blocks_live += m.blocks_live;
+}
+
+// Counters add up; a peak is the largest of the members'. (The sizes catch a field added to the
+// structs but not here.)
+static_assert(sizeof(MediumStats) == 10 * sizeof(uint64_t));
+static_assert(sizeof(StoreStats) == 2 * sizeof(MediumStats) + 25 * sizeof(uint64_t));
+void AddStats(StoreStats& to, const StoreStats& s) {
+  AddMedium(to.dram, s.dram);
+  AddMedium(to.ssd, s.ssd);
+  to.puts += s.puts;
+  to.gets += s.gets;
+  to.exists_calls += s.exists_calls;
+  to.restores_dram_ready += s.restores_dram_ready;
+  to.restores_ssd += s.restores_ssd;
+  to.restores_cancelled += s.restores_cancelled;
+  to.restore_window_peak_bytes =
+      std::max(to.restore_window_peak_bytes, s.restore_window_peak_bytes);
+  to.blocks_written += s.blocks_written;
+  to.blocks_skipped_present += s.blocks_skipped_present;
+  to.hits += s.hits;
+  to.misses += s.misses;
+  to.checksum_mismatches += s.checksum_mismatches;
+  to.io_errors += s.io_errors;
+  to.index_capacity += s.index_capacity;
+  to.index_size += s.index_size;
+  to.index_tombstones += s.index_tombstones;
+  to.index_compactions += s.index_compactions;
+  to.sessions += s.sessions;
+  to.journal_bytes += s.journal_bytes;
+  to.journal_rewrites += s.journal_rewrites;
+  to.journal_errors += s.journal_errors;
+  to.syncs += s.syncs;
+  to.recovered_blocks += s.recovered_blocks;
+  to.recovered_segments += s.recovered_segments;
+  to.skipped_records += s.skipped_records;
+}
+
+}  // namespace
+
+StoreStats ClusterStore::GetStats() const {
+  StoreStats total = local_->GetStats();
+  if (ucx_ == nullptr) return total;
+  std::vector<uint32_t> others;
+  {
+    MutexLock lock(mu_);
+    for (const serve::ClusterViewMember& m : view_.members) {
+      if (m.healthy && m.node_id != view_.node_id) others.push_back(m.node_id);
+    }
+  }
+  rpc::PeerStats req;
+  req.set_from_node(local_node_id());
+  const std::string header = req.SerializeAsString();
+  for (uint32_t node : others) {
+    auto peer = PeerOf(node);
+    if (!peer.ok()) continue;
+    auto reply = ucx_->CallSync(peer->address, kPeerStats, header, {}, options_.timeout);
+    rpc::StatsReply r;
+    if (reply.ok() && r.ParseFromString(reply->first)) AddStats(total, serve::FromRpc(r));
+  }
+  return total;
 }
 
 LookupResult ClusterStore::Lookup(std::span<const Key> keys) {

@@ -29,7 +29,10 @@
 // The member list is the daemon's, refreshed at most every `view_refresh`; a daemon that was no
 // cluster member at Connect is never asked again (the store is its RemoteStore, at no cost).
 //
-// Not done yet (docs/cluster.md): Reclaim, Clear and GetStats are the local node's.
+// GetStats sums the stores of the members this client can reach: its own node's and, with a
+// PeerStats round trip each, every other healthy member's (a member that does not answer within
+// `timeout` is left out). Reclaim and Clear are as RemoteStore's: no client operation (each
+// daemon reclaims by itself).
 //
 // Thread safety: as RemoteStore; restore handles must not outlive the store.
 #pragma once
@@ -69,7 +72,7 @@ class ClusterStore final : public Store {
     return local_->Reclaim(medium, target_fraction);
   }
   void Clear() override { local_->Clear(); }
-  StoreStats GetStats() const override { return local_->GetStats(); }
+  StoreStats GetStats() const override EXCLUDES(mu_);
   StoreInfo GetInfo() const override { return local_->GetInfo(); }
   const StoreOptions& options() const override { return local_->options(); }
 
@@ -91,7 +94,7 @@ class ClusterStore final : public Store {
   ClusterStore(std::unique_ptr<serve::RemoteStore> local, ClusterClientOptions options);
   void RefreshView() EXCLUDES(mu_);
   // The member's address and arena (a PeerHello the first time).
-  Result<Peer> PeerOf(uint32_t node) EXCLUDES(mu_);
+  Result<Peer> PeerOf(uint32_t node) const EXCLUDES(mu_);
   // The member that holds `key` (the last block a batch continues): this client's own record of
   // where it put it, else a lookup at this node, then at each other member. nullopt: none.
   std::optional<uint32_t> NodeHolding(const Key& key) EXCLUDES(mu_);
@@ -116,7 +119,7 @@ class ClusterStore final : public Store {
   mutable Mutex mu_;
   serve::ClusterViewInfo view_ GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point view_at_ GUARDED_BY(mu_);
-  std::unordered_map<uint32_t, Peer> peers_ GUARDED_BY(mu_);
+  mutable std::unordered_map<uint32_t, Peer> peers_ GUARDED_BY(mu_);  // a cache of PeerOf's
   // Where this client put the last block of its recent batches.
   static constexpr size_t kMaxTails = 1 << 16;
   std::unordered_map<Key, uint32_t, KeyHash> tails_ GUARDED_BY(mu_);

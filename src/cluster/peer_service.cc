@@ -145,6 +145,9 @@ Status PeerService::Start() {
   ucx_->SetHandler(kPeerRestoreEnd, [this](std::string h, std::string, UcxNode::Responder r) {
     OnRestoreEnd(h, std::move(r));
   });
+  ucx_->SetHandler(kPeerStats, [this](std::string h, std::string, UcxNode::Responder r) {
+    OnStats(h, std::move(r));
+  });
   sweeper_ = std::thread([this] { SweepLoop(); });
   started_ = true;
   return Status::OK();
@@ -190,6 +193,13 @@ void PeerService::OnHello(const std::string& header, UcxNode::Responder respond)
   reply.set_arena_bytes(arena_bytes_);
   reply.set_arena_rkey(arena_.rkey);
   respond(Status::OK(), reply.SerializeAsString(), {});
+}
+
+void PeerService::OnStats(const std::string& header, UcxNode::Responder respond) {
+  rpc::PeerStats req;
+  (void)req.ParseFromString(header);  // its only field is for the metrics
+  respond = Counted(std::move(respond), req.from_node(), serve::PeerRequestType::kStats, 0);
+  respond(Status::OK(), serve::ToRpc(store_->GetStats()).SerializeAsString(), {});
 }
 
 void PeerService::OnLookup(const std::string& header, UcxNode::Responder respond) {

@@ -43,6 +43,7 @@ enum PeerRequest : uint32_t {
   kPeerRestore = 103,
   kPeerLayer = 104,
   kPeerRestoreEnd = 105,
+  kPeerStats = 106,
 };
 
 class PeerService {
@@ -74,6 +75,7 @@ class PeerService {
   // The client node of restore `restore_id` (0 when unknown).
   uint32_t FromNodeOf(uint64_t restore_id) const EXCLUDES(mu_);
   void OnHello(const std::string& header, UcxNode::Responder respond);
+  void OnStats(const std::string& header, UcxNode::Responder respond);
   void OnLookup(const std::string& header, UcxNode::Responder respond);
   void OnPut(const std::string& header, std::string data, UcxNode::Responder respond);
   // Put of a peer's blocks for `tenant` (keys and hints already in its namespace), charged to

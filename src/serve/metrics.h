@@ -83,9 +83,17 @@ inline constexpr std::string_view kPeerErrors = "flatcake_peer_errors_total";
 
 // The requests other nodes' clients make of this daemon over the cluster's data path
 // (cluster/peer_service.h), for the peer_* metrics' `type` label.
-enum class PeerRequestType : uint8_t { kHello, kLookup, kPut, kRestore, kLayer, kRestoreEnd };
-inline constexpr std::array<std::string_view, 6> kPeerRequestTypeNames = {
-    "hello", "lookup", "put", "restore", "layer", "restore_end"};
+enum class PeerRequestType : uint8_t {
+  kHello,
+  kLookup,
+  kPut,
+  kRestore,
+  kLayer,
+  kRestoreEnd,
+  kStats
+};
+inline constexpr std::array<std::string_view, 7> kPeerRequestTypeNames = {
+    "hello", "lookup", "put", "restore", "layer", "restore_end", "stats"};
 
 class DaemonMetrics {
  public:
