@@ -11,9 +11,13 @@
 //    arena into the same destination, with no FlatCake in between (UcxNode::GetSync).
 //    remote_dram_vs_ucx = FlatCake / UCX (medians over --reps, alternating which goes first).
 //  - Remote SSD: the same for a session in B's SSD pool: B's engine reads it layer by layer and
-//    sends each layer as it lands (PeerLayer); against UCX gets of the same message sizes (one per
-//    layer, a layer of every block) from B's arena. remote_ssd_vs_ucx; also local_ssd_gbps, the
-//    same session restored by a client of B itself (B's own path), for what the SSD allows.
+//    sends each layer as it lands (PeerLayer, a request and its reply). Against it, the same UCX
+//    calls without FlatCake: a UCX worker of this process answers requests with a layer's bytes
+//    from memory (nothing read, nothing copied, nothing checked), asked by the baseline's worker
+//    with as many requests in flight as the restore keeps (ClusterStore::kLayerWindow), one per
+//    layer. remote_ssd_vs_ucx = FlatCake / that. Also, for reference, UCX gets of the same sizes
+//    from B's arena (ucx_ssd_get_gbps) and local_ssd_gbps, the same session restored by a client
+//    of B itself (B's own path), for what the SSD allows.
 //  - Lookup: PeerLookups of 64 keys of the remote session, back to back: P50 and P99 in µs.
 //  - Prefill/decode: a client of A writes a --pd-bytes session whose home is A; a client of B
 //    restores it: time to its first layer and in total.
@@ -26,6 +30,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/bench_util.h"
@@ -78,18 +83,25 @@ class ClusterBench {
   // A session name whose home is `node` for the client.
   std::string HomedAt(cluster::ClusterStore& c, uint32_t node, const std::string& tag);
   std::vector<Key> Keys(const std::string& session, uint64_t n) const;
+  // Blocks of each remote session: --bytes of them, at least 64.
+  uint64_t SessionBlocks() const {
+    return std::max<uint64_t>(64, (a_.bytes + layout_.block_bytes() - 1) / layout_.block_bytes());
+  }
   Status Write(Store& s, const std::vector<Key>& keys, const std::string& session,
                MediaType medium);
   // Restores `keys` through `s` into dst_, timed; every block verified. Time to layer 0 too.
   Result<double> TimedRestore(Store& s, const std::vector<Key>& keys, double* first_layer_s);
   // `count` UCX gets of `size` bytes from B's arena into dst_, timed.
   Result<double> TimedRawGets(uint64_t count, uint64_t size);
+  // `count` requests answered by raw_server_ with `size` bytes each, ClusterStore::kLayerWindow
+  // in flight, timed.
+  Result<double> TimedRawCalls(uint64_t count, uint64_t size);
 
   // The run's figures (GB/s, microseconds, seconds).
   struct Figures {
     uint64_t session_bytes = 0;
     double remote_dram_gbps = 0, ucx_dram_gbps = 0, remote_ssd_gbps = 0, ucx_ssd_gbps = 0;
-    double local_ssd_gbps = 0;
+    double ucx_ssd_get_gbps = 0, local_ssd_gbps = 0;
     size_t lookup_keys = 0;
     double lookup_p50_us = 0, lookup_p99_us = 0;
     double pd_bytes = 0, pd_write_s = 0, pd_first_s = 0, pd_total_s = 0;
@@ -111,7 +123,9 @@ class ClusterBench {
   std::unique_ptr<cluster::EtcdProcess> etcd_;
   Node a_node_, b_node_;
   std::unique_ptr<cluster::ClusterStore> client_a_, client_b_;
-  std::unique_ptr<cluster::UcxNode> raw_;  // the baseline's own worker
+  std::unique_ptr<cluster::UcxNode> raw_;         // the baseline's own worker
+  std::unique_ptr<cluster::UcxNode> raw_server_;  // and the one answering its requests
+  std::shared_ptr<AlignedBuffer> raw_reply_;      // with these bytes
   std::string b_address_, b_rkey_;
   uint64_t b_arena_ = 0, b_arena_bytes_ = 0;
   AlignedBuffer dst_;
@@ -224,6 +238,31 @@ Result<double> ClusterBench::TimedRawGets(uint64_t count, uint64_t size) {
   return Seconds(Clock::now() - t0);
 }
 
+Result<double> ClusterBench::TimedRawCalls(uint64_t count, uint64_t size) {
+  rpc::PeerLayer req;  // the header a PeerLayer has; the server does not read it
+  req.set_restore_id(1);
+  req.set_layer(size);
+  const std::string header = req.SerializeAsString();
+  const auto t0 = Clock::now();
+  std::vector<std::thread> callers;
+  std::vector<Status> failed(cluster::ClusterStore::kLayerWindow);
+  for (uint32_t w = 0; w < cluster::ClusterStore::kLayerWindow; ++w) {
+    callers.emplace_back([&, w] {
+      for (uint64_t i = w; i < count; i += cluster::ClusterStore::kLayerWindow) {
+        auto r = raw_->CallSync(raw_server_->address(), 1, header, {}, std::chrono::seconds(60));
+        if (!r.ok() || r->second.size() != size) {
+          failed[w] = r.ok() ? Status::IOError("a reply of the wrong size") : r.status();
+          return;
+        }
+        raw_->Reuse(std::move(r->second));
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  for (const Status& st : failed) FC_RETURN_IF_ERROR(st);
+  return Seconds(Clock::now() - t0);
+}
+
 Status ClusterBench::Setup() {
   FC_RETURN_IF_ERROR(ValidateKvLayout(layout_));
   const uint64_t need = std::max(a_.bytes, a_.pd_bytes) * 3;
@@ -261,6 +300,17 @@ Status ClusterBench::Setup() {
   b_arena_bytes_ = r.arena_bytes();
   b_rkey_ = r.arena_rkey();
   FC_RETURN_IF_ERROR(raw_->Register(dst_.data(), dst_.size()).status());
+  // The request/reply baseline's server: a layer of the session's size, from memory.
+  const uint64_t layer_bytes = SessionBlocks() * layout_.num_planes * layout_.slice_bytes;
+  FC_ASSIGN_OR_RETURN(AlignedBuffer reply, AllocateHostMemory(layer_bytes, true));
+  std::memset(reply.data(), 0x5a, reply.size());
+  raw_reply_ = std::make_shared<AlignedBuffer>(std::move(reply));
+  FC_ASSIGN_OR_RETURN(raw_server_, cluster::UcxNode::Create());
+  raw_server_->SetHandler(1, [this](std::string, std::string, cluster::UcxNode::Responder respond) {
+    respond(Status::OK(), {},
+            cluster::UcxPayload(reinterpret_cast<const char*>(raw_reply_->data()),
+                                raw_reply_->size(), raw_reply_));
+  });
   FC_RETURN_IF_ERROR(client_a_->ucx_worker().Register(dst_.data(), dst_.size()).status());
   return Status::OK();
 }
@@ -270,7 +320,7 @@ Status ClusterBench::MeasureRestores(const std::vector<Key>& dram_keys,
   const uint64_t per_block_slices = uint64_t{layout_.num_layers} * layout_.num_planes;
   const uint64_t blocks = dram_keys.size();
   const double gb = static_cast<double>(f->session_bytes) / 1e9;
-  std::vector<double> fc_dram, raw_dram, fc_ssd, raw_ssd, local_ssd;
+  std::vector<double> fc_dram, raw_dram, fc_ssd, raw_ssd, raw_ssd_get, local_ssd;
   for (uint32_t rep = 0; rep < a_.reps; ++rep) {
     const bool raw_first = rep % 2 == 1;
     for (int side = 0; side < 2; ++side) {
@@ -283,10 +333,11 @@ Status ClusterBench::MeasureRestores(const std::vector<Key>& dram_keys,
         FC_ASSIGN_OR_RETURN(const double d,
                             TimedRawGets(blocks * per_block_slices, layout_.slice_bytes));
         raw_dram.push_back(gb / d);
-        FC_ASSIGN_OR_RETURN(
-            const double s,
-            TimedRawGets(layout_.num_layers, blocks * layout_.num_planes * layout_.slice_bytes));
+        const uint64_t layer_bytes = blocks * layout_.num_planes * layout_.slice_bytes;
+        FC_ASSIGN_OR_RETURN(const double s, TimedRawCalls(layout_.num_layers, layer_bytes));
         raw_ssd.push_back(gb / s);
+        FC_ASSIGN_OR_RETURN(const double g, TimedRawGets(layout_.num_layers, layer_bytes));
+        raw_ssd_get.push_back(gb / g);
       }
     }
     // B's own path, for what the SSD allows.
@@ -297,6 +348,7 @@ Status ClusterBench::MeasureRestores(const std::vector<Key>& dram_keys,
   f->ucx_dram_gbps = Median(raw_dram);
   f->remote_ssd_gbps = Median(fc_ssd);
   f->ucx_ssd_gbps = Median(raw_ssd);
+  f->ucx_ssd_get_gbps = Median(raw_ssd_get);
   f->local_ssd_gbps = Median(local_ssd);
   return Status::OK();
 }
@@ -340,9 +392,9 @@ void ClusterBench::Report(const Figures& f) const {
   std::printf("  remote DRAM restore %.2f GB/s, UCX gets of the same sizes %.2f GB/s: %.3f x\n",
               f.remote_dram_gbps, f.ucx_dram_gbps, dram_vs_ucx);
   std::printf(
-      "  remote SSD restore %.2f GB/s, UCX gets of the same sizes %.2f GB/s: %.3f x (B's own SSD "
-      "restore %.2f GB/s)\n",
-      f.remote_ssd_gbps, f.ucx_ssd_gbps, ssd_vs_ucx, f.local_ssd_gbps);
+      "  remote SSD restore %.2f GB/s, UCX requests answered with the same sizes %.2f GB/s: %.3f x "
+      "(UCX gets of them %.2f GB/s; B's own SSD restore %.2f GB/s)\n",
+      f.remote_ssd_gbps, f.ucx_ssd_gbps, ssd_vs_ucx, f.ucx_ssd_get_gbps, f.local_ssd_gbps);
   std::printf("  lookup of %zu keys at the remote home: P50 %.1f us, P99 %.1f us\n", f.lookup_keys,
               f.lookup_p50_us, f.lookup_p99_us);
   std::printf(
@@ -363,6 +415,7 @@ void ClusterBench::Report(const Figures& f) const {
                     {"remote_dram_vs_ucx", dram_vs_ucx},
                     {"remote_ssd_gbps", f.remote_ssd_gbps},
                     {"ucx_ssd_gbps", f.ucx_ssd_gbps},
+                    {"ucx_ssd_get_gbps", f.ucx_ssd_get_gbps},
                     {"remote_ssd_vs_ucx", ssd_vs_ucx},
                     {"local_ssd_gbps", f.local_ssd_gbps},
                     {"remote_ssd_vs_local_ssd", ratio(f.remote_ssd_gbps, f.local_ssd_gbps)},
@@ -383,6 +436,7 @@ void ClusterBench::Shutdown() {
   client_a_.reset();
   client_b_.reset();
   raw_.reset();
+  raw_server_.reset();
   for (Node* node : {&a_node_, &b_node_}) {
     if (node->cluster != nullptr) node->cluster->Leave();
     if (node->daemon != nullptr) node->daemon->Shutdown();
@@ -394,7 +448,7 @@ int ClusterBench::Main() {
   serve::SetLogLevel(serve::LogLevel::kWarning);
   if (Status st = Setup(); !st.ok()) return ReportStatus("bench cluster", st);
   const uint64_t bb = layout_.block_bytes();
-  const uint64_t blocks = std::max<uint64_t>(64, (a_.bytes + bb - 1) / bb);
+  const uint64_t blocks = SessionBlocks();
   const uint32_t b = b_node_.cluster->node_id();
   const std::string dram_session = HomedAt(*client_a_, b, "dram-");
   const std::string ssd_session = HomedAt(*client_a_, b, "ssd-");
@@ -426,7 +480,8 @@ void RegisterClusterBench(CLI::App& bench, int* exit_code) {
   CLI::App* cmd = bench.add_subcommand(
       "cluster",
       "Two node daemons in this process on a private etcd: remote DRAM and SSD restores against "
-      "UCX's own gets of the same sizes, lookup latency at a remote home, and a prefill/decode "
+      "the same UCX calls (gets; requests and replies) of the same sizes without FlatCake, lookup "
+      "latency at a remote home, and a prefill/decode "
       "hand-off (docs/cluster.md); exit 1 on any wrong or missing byte");
   cmd->add_option("--bytes", a->bytes, "Remote session size, per medium")
       ->transform(CLI::AsSizeValue(false))

@@ -29,7 +29,7 @@ TEST(BenchClusterTest, JsonLineCarriesTheRatiosAndEveryByteIsVerified) {
   const auto j = nlohmann::json::parse(line);
   for (const char* f : {"remote_dram_vs_ucx", "remote_ssd_vs_ucx", "lookup_p99_us", "lookup_p50_us",
                         "remote_dram_gbps", "ucx_dram_gbps", "remote_ssd_gbps", "ucx_ssd_gbps",
-                        "local_ssd_gbps", "pd_first_layer_ms", "pd_total_ms"}) {
+                        "ucx_ssd_get_gbps", "local_ssd_gbps", "pd_first_layer_ms", "pd_total_ms"}) {
     ASSERT_TRUE(j.contains(f)) << f;
     EXPECT_GT(j[f].get<double>(), 0) << f;
   }

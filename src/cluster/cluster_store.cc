@@ -187,7 +187,6 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
   // caller's.
   Status ReadSsdLayers(const Peer& peer, uint64_t restore_id, const std::vector<uint32_t>& ssd,
                        std::vector<uint64_t>* sums) {
-    constexpr uint32_t kLayerWindow = 4;
     const uint32_t layers = layout_.num_layers;
     const uint32_t window = std::min(kLayerWindow, layers);
     const uint64_t run = ssd.size() * layout_.num_planes * layout_.slice_bytes;

@@ -85,6 +85,9 @@ class ClusterStore final : public Store {
   // REQUIRES: clustered().
   UcxNode& ucx_worker() { return *ucx_; }
 
+  // PeerLayer requests a remote SSD restore keeps in flight.
+  static constexpr uint32_t kLayerWindow = 4;
+
  private:
   struct Peer {
     std::string address;
