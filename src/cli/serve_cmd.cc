@@ -149,6 +149,7 @@ int RunServe(ServeArgs& a) {
     co.cluster = config->cluster;
     co.node_name = config->node_name;
     co.lease_ttl_s = config->lease_ttl_s;
+    co.peer_staging_bytes = config->peer_staging_bytes;
     co.node_id_file = NodeIdFile(*config);
     co.version = FLATCAKE_VERSION;
     co.metrics = metrics.get();
@@ -198,6 +199,8 @@ void RegisterServeCommand(CLI::App& app, int* exit_code) {
   AddSettingFlag(cmd, "cluster", &o.cluster);
   AddSettingFlag(cmd, "node_name", &o.node_name);
   AddSettingFlag(cmd, "lease_ttl_s", &o.lease_ttl_s)->check(CLI::Range(2u, 3600u));
+  AddSettingFlag(cmd, "peer_staging_bytes", &o.peer_staging_bytes)
+      ->transform(CLI::AsSizeValue(false));
   cmd->add_option("--allow-uid", args->allow_uids,
                   "A uid whose processes may connect (repeatable; replaces the file's "
                   "allow.uids and allow.gids; default: the daemon's own uid)");

@@ -1,6 +1,9 @@
 #include "cluster/peer_service.h"
 
+#include <unistd.h>
+
 #include <cstring>
+#include <new>
 
 #include "serve/rpc_convert.h"
 #include "serve/tenants.h"
@@ -12,29 +15,51 @@ using Clock = std::chrono::steady_clock;
 
 // Staging is reused: a fresh allocation of a restore's size is fresh pages, whose zeroing by the
 // kernel costs more than the restore's own copies. Thread-safe.
+// The restores' staging: at most `limit` bytes lent at once; buffers given back are kept for the
+// next restores, up to kSpareBytes.
 class PeerService::StagingPool {
  public:
   struct Buffer {
     std::unique_ptr<uint8_t[]> mem;
     size_t size = 0;
   };
+  explicit StagingPool(uint64_t limit) : limit_(limit) {}
+  // Bytes a Take could lend now.
+  uint64_t available() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return limit_ - lent_;
+  }
+  // A buffer of at least `bytes`; an empty one when that is more than available() or memory is
+  // exhausted.
   Buffer Take(size_t bytes) EXCLUDES(mu_) {
+    Buffer b;
     {
       MutexLock lock(mu_);
+      if (bytes > limit_ - lent_) return {};
       for (auto it = spare_.begin(); it != spare_.end(); ++it) {
         if (it->size >= bytes) {
-          Buffer b = std::move(*it);
+          b = std::move(*it);
           spare_bytes_ -= b.size;
           spare_.erase(it);
-          return b;
+          break;
         }
       }
+      lent_ += b.mem != nullptr ? b.size : bytes;
     }
-    return Buffer{std::unique_ptr<uint8_t[]>(new uint8_t[bytes]), bytes};
+    if (b.mem == nullptr) {
+      b = Buffer{std::unique_ptr<uint8_t[]>(new (std::nothrow) uint8_t[bytes]), bytes};
+      if (b.mem == nullptr) {
+        MutexLock lock(mu_);
+        lent_ -= bytes;
+        return {};
+      }
+    }
+    return b;
   }
   void Give(Buffer b) EXCLUDES(mu_) {
     if (b.mem == nullptr) return;
     MutexLock lock(mu_);
+    lent_ -= b.size;
     if (spare_bytes_ + b.size > kSpareBytes) return;  // freed
     spare_bytes_ += b.size;
     spare_.push_back(std::move(b));
@@ -42,7 +67,9 @@ class PeerService::StagingPool {
 
  private:
   static constexpr size_t kSpareBytes = size_t{1} << 30;
-  Mutex mu_;
+  const uint64_t limit_;
+  mutable Mutex mu_;
+  uint64_t lent_ GUARDED_BY(mu_) = 0;
   std::vector<Buffer> spare_ GUARDED_BY(mu_);
   size_t spare_bytes_ GUARDED_BY(mu_) = 0;
 };
@@ -98,6 +125,12 @@ Result<TenantKeys> KeysOf(const Message& m) {
 
 void Fail(const UcxNode::Responder& respond, const Status& st) { respond(st, {}, {}); }
 
+uint64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page)
+                               : uint64_t{1} << 32;
+}
+
 }  // namespace
 
 UcxPayload PeerService::LayerBytes(const std::shared_ptr<Restore>& r, uint32_t layer) {
@@ -108,7 +141,7 @@ UcxPayload PeerService::LayerBytes(const std::shared_ptr<Restore>& r, uint32_t l
 
 PeerService::PeerService(FlatStore* store, UcxNode* ucx, uint32_t node_id,
                          serve::TenantLedger* ledger, serve::DaemonMetrics* metrics,
-                         std::chrono::milliseconds restore_ttl)
+                         uint64_t max_staging_bytes, std::chrono::milliseconds restore_ttl)
     : store_(store),
       ucx_(ucx),
       node_id_(node_id),
@@ -116,7 +149,8 @@ PeerService::PeerService(FlatStore* store, UcxNode* ucx, uint32_t node_id,
       metrics_(metrics),
       restore_ttl_(restore_ttl),
       owner_(0xFCC1'0000'0000'0000ull | node_id),
-      staging_(std::make_shared<StagingPool>()) {}
+      staging_(std::make_shared<StagingPool>(max_staging_bytes != 0 ? max_staging_bytes
+                                                                    : PhysicalMemoryBytes() / 4)) {}
 
 PeerService::~PeerService() { Stop(); }
 
@@ -291,7 +325,15 @@ void PeerService::OnRestore(const std::string& header, UcxNode::Responder respon
   r->pin = pin->id;
   r->from_node = req->from_node();
   r->layout = layout;
+  // The SSD hits the staging can take: the leading ones, in key order; the rest are misses.
+  const uint64_t bb = layout.block_bytes();
+  size_t ssd_room = 0;
+  if (pin->id != 0) ssd_room = static_cast<size_t>(staging_->available() / bb);
   for (const PinnedHit& h : pin->hits) {
+    if (h.medium == MediaType::kSsd) {
+      if (ssd_room == 0) continue;
+      --ssd_room;
+    }
     rpc::BlockLocation* b = reply.mutable_blocks(static_cast<int>(h.key));
     b->set_found(true);
     b->set_medium(serve::ToRpc(h.medium));
@@ -314,10 +356,18 @@ void PeerService::OnRestore(const std::string& header, UcxNode::Responder respon
   }
   reply.set_restore_id(r->id);
   if (!r->ssd_keys.empty()) {
-    const uint64_t bb = layout.block_bytes();
+    r->staging = staging_->Take(r->ssd_keys.size() * bb);
+    if (r->staging.mem == nullptr) {
+      // Taken by a restore since, or memory exhausted: these hits are misses.
+      for (const PinnedHit& h : pin->hits) {
+        if (h.medium == MediaType::kSsd) reply.mutable_blocks(static_cast<int>(h.key))->Clear();
+      }
+      r->ssd_keys.clear();
+    }
+  }
+  if (!r->ssd_keys.empty()) {
     const size_t n = r->ssd_keys.size();
     r->pool = staging_;
-    r->staging = staging_->Take(n * bb);
     r->ptrs.resize(n * layout.num_layers * layout.num_planes);
     for (size_t j = 0; j < n; ++j) {
       for (uint32_t l = 0; l < layout.num_layers; ++l) {

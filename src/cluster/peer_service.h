@@ -10,6 +10,10 @@
 //     engine (coalesced, layer by layer, FC-MAS scheduled) into a staging buffer, and answers each
 //     PeerLayer once that layer has landed, so the client receives layers in order as they land;
 //   - PeerRestoreEnd: which SSD hits were read and verified; unpins and frees the staging.
+// The staging of the restores in flight is bounded (`max_staging_bytes`; 0: a quarter of the
+// machine's memory): a restore whose SSD hits do not all fit in what is left gets the leading
+// ones that do, and the rest are misses (a client recomputes them), rather than the daemon
+// running out of memory.
 // A restore the client abandons (gone, cut off) is ended by the service after `restore_ttl`.
 // Keys are mapped into the request's tenant namespace, as the daemon maps its clients' keys.
 // A peer's put is charged to its tenant's quota on this node (the daemon's TenantLedger), as a
@@ -52,6 +56,7 @@ class PeerService {
   // docs/serve.md) outlive the service.
   PeerService(FlatStore* store, UcxNode* ucx, uint32_t node_id,
               serve::TenantLedger* ledger = nullptr, serve::DaemonMetrics* metrics = nullptr,
+              uint64_t max_staging_bytes = 0,
               std::chrono::milliseconds restore_ttl = std::chrono::seconds(30));
   // Stop().
   ~PeerService();

@@ -54,6 +54,12 @@ constexpr ServeSettingSpec kSettings[] = {
      .flag = "--lease-ttl",
      .help = "Seconds a node that stops renewing its etcd lease (killed, cut off) stays a "
              "member (2..3600)."},
+    {.key = "peer_staging_bytes",
+     .flag = "--peer-staging-bytes",
+     .help = "Memory for other nodes' restores from this node's SSD, at most (a restore's SSD "
+             "hits are staged here, layer after layer, as they are sent); a restore finding "
+             "less gets the leading hits that fit, the rest are misses. 0: a quarter of the "
+             "machine's memory."},
 };
 
 // The tables a file may hold besides the settings, for the unknown-key message.
@@ -127,6 +133,8 @@ class ConfigReader {
       } else if (name == "lease_ttl_s") {
         FC_ASSIGN_OR_RETURN(const uint64_t v, Unsigned(node, name, 2, 3600));
         config->lease_ttl_s = static_cast<uint32_t>(v);
+      } else if (name == "peer_staging_bytes") {
+        FC_ASSIGN_OR_RETURN(config->peer_staging_bytes, Size(node, name));
       } else if (name == "max_clients") {
         FC_ASSIGN_OR_RETURN(const uint64_t v, Unsigned(node, name, 1, kMaxMaxClients));
         config->max_clients = static_cast<uint32_t>(v);
@@ -428,6 +436,7 @@ Status ApplyOverrides(const ServeOverrides& overrides, ServeConfig* config) {
   if (overrides.cluster) out.cluster = *overrides.cluster;
   if (overrides.node_name) out.node_name = *overrides.node_name;
   if (overrides.lease_ttl_s) out.lease_ttl_s = *overrides.lease_ttl_s;
+  if (overrides.peer_staging_bytes) out.peer_staging_bytes = *overrides.peer_staging_bytes;
   for (const std::string& name : overrides.store_given) {
     const OptionSpec* spec = FindStoreOption(name);
     if (spec == nullptr) {
@@ -521,6 +530,7 @@ std::string RenderServeConfigToml() {
   out += Setting("cluster", Quote(defaults.cluster)) + "\n";
   out += Setting("node_name", Quote(defaults.node_name)) + "\n";
   out += Setting("lease_ttl_s", std::to_string(defaults.lease_ttl_s)) + "\n";
+  out += Setting("peer_staging_bytes", std::to_string(defaults.peer_staging_bytes)) + "\n";
 
   out += Comment(
       "Who may connect, by the peer's credentials (SO_PEERCRED): a peer whose uid, or whose "

@@ -61,6 +61,8 @@ struct ServeConfig {
   std::string node_name;
   // Seconds a node that stops renewing stays a member.
   uint32_t lease_ttl_s = 10;
+  // Staging for other nodes' restores from this node's SSD, at most; 0: a quarter of memory.
+  uint64_t peer_staging_bytes = 0;
 
   // The quota of `tenant`: its own table's, else default_quota.
   const TenantQuota& QuotaFor(std::string_view tenant) const;
@@ -101,6 +103,7 @@ struct ServeOverrides {
   std::optional<std::string> cluster;
   std::optional<std::string> node_name;
   std::optional<uint32_t> lease_ttl_s;
+  std::optional<uint64_t> peer_staging_bytes;
   StoreOptions store;
   std::vector<std::string> store_given;  // option-table names (StoreOptions fields)
 };
