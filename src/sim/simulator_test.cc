@@ -13,19 +13,9 @@
 #include "sim/sim_internal.h"
 #include "sim/workloads.h"
 #include "store/segment_layout.h"
+#include "testing/sanitizers.h"
 #include "trace/workload_gen.h"
 #include "util/temp_dir.h"
-
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FLATCAKE_TEST_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(FLATCAKE_TEST_ASAN)
-constexpr bool kBuiltWithAsan = true;
-#else
-constexpr bool kBuiltWithAsan = false;
-#endif
 
 namespace flatcake::sim {
 namespace {
@@ -333,7 +323,7 @@ TEST(SimulatorVsReplay, LocalProfileAgreesWithTheRealReplay) {
     // SSD rate down from 1.31-1.37 to 0.84-0.99 GB/s. The bound below catches what a model error
     // does (a wrong unit, a lost term: orders of magnitude), not the machine's drift. Under
     // AddressSanitizer: uninstrumented trees only.
-    if (!kBuiltWithAsan) {
+    if (!testing::kBuiltWithAsan) {
       EXPECT_LT(sim->restore_p50_s, 10 * real->restore_p50_s) << what;
       EXPECT_GT(sim->restore_p50_s, real->restore_p50_s / 10) << what;
     }
