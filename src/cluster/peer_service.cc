@@ -13,10 +13,9 @@ namespace flatcake::cluster {
 
 using Clock = std::chrono::steady_clock;
 
-// Staging is reused: a fresh allocation of a restore's size is fresh pages, whose zeroing by the
-// kernel costs more than the restore's own copies. Thread-safe.
-// The restores' staging: at most `limit` bytes lent at once; buffers given back are kept for the
-// next restores, up to kSpareBytes.
+// The restores' staging: at most `limit` bytes lent at once. Buffers given back are kept for the
+// next restores, up to kSpareBytes: a fresh allocation of a restore's size is fresh pages, whose
+// zeroing by the kernel costs more than the restore's own copies. Thread-safe.
 class PeerService::StagingPool {
  public:
   struct Buffer {
@@ -37,7 +36,7 @@ class PeerService::StagingPool {
       MutexLock lock(mu_);
       if (bytes > limit_ - lent_) return {};
       for (auto it = spare_.begin(); it != spare_.end(); ++it) {
-        if (it->size >= bytes) {
+        if (it->size >= bytes && it->size <= limit_ - lent_) {  // (lent_ stays within limit_)
           b = std::move(*it);
           spare_bytes_ -= b.size;
           spare_.erase(it);
