@@ -34,7 +34,7 @@ constexpr KvLayout kLayout{2, 2, 4096};  // 16 KiB blocks
 
 StoreOptions PoolOptions(const std::string& dir) {
   StoreOptions o;
-  o.dram_bytes = 0;  // every write goes to SSD, and a DRAM arena is pre-faulted at open
+  o.dram_bytes = 0;  // every write goes to SSD; a DRAM arena would be pre-faulted at each open
   o.ssd_dirs = {dir};
   o.ssd_bytes = 8 * kMiB;
   o.ssd_file_bytes = 2 * kMiB;

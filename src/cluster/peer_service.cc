@@ -13,9 +13,10 @@ namespace flatcake::cluster {
 
 using Clock = std::chrono::steady_clock;
 
-// The restores' staging: at most `limit` bytes lent at once. Buffers given back are kept for the
-// next restores, up to kSpareBytes: a fresh allocation of a restore's size is fresh pages, whose
-// zeroing by the kernel costs more than the restore's own copies. Thread-safe.
+// The restores' staging: at most `limit` bytes held, lent or kept. Buffers given back are kept for
+// the next restores (up to kSpareBytes, and dropped when a fresh one needs their room): a fresh
+// allocation of a restore's size is fresh pages, whose zeroing by the kernel costs more than the
+// restore's own copies. Thread-safe.
 class PeerService::StagingPool {
  public:
   struct Buffer {
@@ -28,30 +29,42 @@ class PeerService::StagingPool {
     MutexLock lock(mu_);
     return limit_ - lent_;
   }
-  // A buffer of at least `bytes`; an empty one when that is more than available() or memory is
-  // exhausted.
+  // A buffer of at least `bytes` (the smallest spare that fits and is within the bound, else a
+  // fresh one); an empty one when that is more than available() or memory is exhausted.
   Buffer Take(size_t bytes) EXCLUDES(mu_) {
+    std::vector<Buffer> dropped;  // freed outside the lock
     Buffer b;
     {
       MutexLock lock(mu_);
       if (bytes > limit_ - lent_) return {};
+      auto best = spare_.end();
       for (auto it = spare_.begin(); it != spare_.end(); ++it) {
-        if (it->size >= bytes && it->size <= limit_ - lent_) {  // (lent_ stays within limit_)
-          b = std::move(*it);
-          spare_bytes_ -= b.size;
-          spare_.erase(it);
-          break;
+        if (it->size >= bytes && it->size <= limit_ - lent_ &&
+            (best == spare_.end() || it->size < best->size)) {
+          best = it;
         }
       }
-      lent_ += b.mem != nullptr ? b.size : bytes;
-    }
-    if (b.mem == nullptr) {
-      b = Buffer{std::unique_ptr<uint8_t[]>(new (std::nothrow) uint8_t[bytes]), bytes};
-      if (b.mem == nullptr) {
-        MutexLock lock(mu_);
-        lent_ -= bytes;
-        return {};
+      if (best != spare_.end()) {
+        b = std::move(*best);
+        spare_bytes_ -= b.size;
+        spare_.erase(best);
+        lent_ += b.size;
+        return b;
       }
+      // A fresh buffer: spares give up their room until it fits within the bound.
+      while (lent_ + spare_bytes_ + bytes > limit_ && !spare_.empty()) {
+        spare_bytes_ -= spare_.back().size;
+        dropped.push_back(std::move(spare_.back()));
+        spare_.pop_back();
+      }
+      lent_ += bytes;
+    }
+    dropped.clear();
+    b = Buffer{std::unique_ptr<uint8_t[]>(new (std::nothrow) uint8_t[bytes]), bytes};
+    if (b.mem == nullptr) {
+      MutexLock lock(mu_);
+      lent_ -= bytes;
+      return {};
     }
     return b;
   }
@@ -70,7 +83,7 @@ class PeerService::StagingPool {
   mutable Mutex mu_;
   uint64_t lent_ GUARDED_BY(mu_) = 0;
   std::vector<Buffer> spare_ GUARDED_BY(mu_);
-  size_t spare_bytes_ GUARDED_BY(mu_) = 0;
+  size_t spare_bytes_ GUARDED_BY(mu_) = 0;  // lent_ + spare_bytes_ <= limit_ after each Take
 };
 
 // One client's restore from this node: its pin, and the SSD hits being read into `staging`.

@@ -201,10 +201,12 @@ Status SsdFilePool::OpenFiles(const Options& o, uint64_t nfiles, uint64_t physic
     if (ftruncate(fd, static_cast<off_t>(physical_bytes)) != 0) {
       return Status::FromErrno(errno, "size SSD pool file '" + path + "'");
     }
-    // A file already backed in full (a reopened pool) is not allocated again: on tmpfs that is a
-    // walk over every page.
+    // A file already backed in full (a reopened pool: as many blocks as bytes, and no hole; the
+    // blocks alone may count metadata) is not allocated again: on tmpfs that is a walk over every
+    // page.
     struct stat st {};
-    if (fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_blocks) * 512 >= physical_bytes) {
+    if (fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_blocks) * 512 >= physical_bytes &&
+        lseek(fd, 0, SEEK_HOLE) >= static_cast<off_t>(physical_bytes)) {
       continue;
     }
     int rc = fallocate(fd, 0, 0, static_cast<off_t>(physical_bytes));
