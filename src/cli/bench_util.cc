@@ -1,10 +1,9 @@
 #include "cli/bench_util.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 
 #include "cli/store_flags.h"
+#include "util/physical_memory.h"
 
 namespace flatcake::cli {
 
@@ -30,8 +29,7 @@ Result<AlignedBuffer> AllocateHostMemory(uint64_t bytes, bool huge) {
 }
 
 Status CheckHostMemory(uint64_t need, const std::string& who, const std::string& for_what) {
-  const uint64_t phys =
-      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t phys = PhysicalMemoryBytes();
   if (need > phys / 4 * 3) {
     return Status::InvalidArgument(
         who + " needs " + std::to_string(need >> 20) + " MiB of host memory for " + for_what +

@@ -1,13 +1,12 @@
 #include "cluster/peer_service.h"
 
-#include <unistd.h>
-
 #include <cstring>
 #include <new>
 
 #include "serve/rpc_convert.h"
 #include "serve/tenants.h"
 #include "serve/wire.h"
+#include "util/physical_memory.h"
 
 namespace flatcake::cluster {
 
@@ -136,12 +135,6 @@ Result<TenantKeys> KeysOf(const Message& m) {
 }
 
 void Fail(const UcxNode::Responder& respond, const Status& st) { respond(st, {}, {}); }
-
-uint64_t PhysicalMemoryBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page)
-                               : uint64_t{1} << 32;
-}
 
 }  // namespace
 
