@@ -257,15 +257,15 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     }
   }
 
-  // Copies layer `layer` of the SSD hits from `data` (the home's [hit][plane] slices) into the
+  // Copies layer `layer` of the SSD hits from `data` (the home's [plane][hit] slices) into the
   // caller's slices, adding each slice's checksum to its hit's sum.
   void ScatterLayer(uint32_t layer, const std::string& data, const std::vector<uint32_t>& ssd,
                     std::vector<uint64_t>* sums) {
     const uint32_t planes = layout_.num_planes;
     const uint64_t slice = layout_.slice_bytes;
     const char* src = data.data();
-    for (size_t j = 0; j < ssd.size(); ++j) {
-      for (uint32_t p = 0; p < planes; ++p, src += slice) {
+    for (uint32_t p = 0; p < planes; ++p) {
+      for (size_t j = 0; j < ssd.size(); ++j, src += slice) {
         (*sums)[j] += CopySliceWithChecksum(SliceAddress(Buffers(), layout_, ssd[j], layer, p), src,
                                             slice, layer * planes + p, CopyStores::kStreaming);
       }

@@ -1,11 +1,11 @@
 #include "cluster/peer_service.h"
 
 #include <cstring>
-#include <new>
 
 #include "serve/rpc_convert.h"
 #include "serve/tenants.h"
 #include "serve/wire.h"
+#include "util/aligned_buffer.h"
 #include "util/physical_memory.h"
 
 namespace flatcake::cluster {
@@ -18,10 +18,9 @@ using Clock = std::chrono::steady_clock;
 // restore's own copies. Thread-safe.
 class PeerService::StagingPool {
  public:
-  struct Buffer {
-    std::unique_ptr<uint8_t[]> mem;
-    size_t size = 0;
-  };
+  // Aligned like the engine's reads (huge pages from 2 MiB), so the owner's restore reads a layer
+  // extent that lines up with its run in the staging straight into it, with no copy.
+  using Buffer = AlignedBuffer;
   explicit StagingPool(uint64_t limit) : limit_(limit) {}
   // Bytes a Take could lend now.
   uint64_t available() const EXCLUDES(mu_) {
@@ -38,41 +37,41 @@ class PeerService::StagingPool {
       if (bytes > limit_ - lent_) return {};
       auto best = spare_.end();
       for (auto it = spare_.begin(); it != spare_.end(); ++it) {
-        if (it->size >= bytes && it->size <= limit_ - lent_ &&
-            (best == spare_.end() || it->size < best->size)) {
+        if (it->size() >= bytes && it->size() <= limit_ - lent_ &&
+            (best == spare_.end() || it->size() < best->size())) {
           best = it;
         }
       }
       if (best != spare_.end()) {
         b = std::move(*best);
-        spare_bytes_ -= b.size;
+        spare_bytes_ -= b.size();
         spare_.erase(best);
-        lent_ += b.size;
+        lent_ += b.size();
         return b;
       }
       // A fresh buffer: spares give up their room until it fits within the bound.
       while (lent_ + spare_bytes_ + bytes > limit_ && !spare_.empty()) {
-        spare_bytes_ -= spare_.back().size;
+        spare_bytes_ -= spare_.back().size();
         dropped.push_back(std::move(spare_.back()));
         spare_.pop_back();
       }
       lent_ += bytes;
     }
     dropped.clear();
-    b = Buffer{std::unique_ptr<uint8_t[]>(new (std::nothrow) uint8_t[bytes]), bytes};
-    if (b.mem == nullptr) {
+    auto fresh = AlignedBuffer::Allocate(bytes, AlignedBuffer::HugePagesWhenLarge(bytes, 4096));
+    if (!fresh.ok()) {
       MutexLock lock(mu_);
       lent_ -= bytes;
       return {};
     }
-    return b;
+    return std::move(*fresh);
   }
   void Give(Buffer b) EXCLUDES(mu_) {
-    if (b.mem == nullptr) return;
+    if (b.empty()) return;
     MutexLock lock(mu_);
-    lent_ -= b.size;
-    if (spare_bytes_ + b.size > kSpareBytes) return;  // freed
-    spare_bytes_ += b.size;
+    lent_ -= b.size();
+    if (spare_bytes_ + b.size() > kSpareBytes) return;  // freed
+    spare_bytes_ += b.size();
     spare_.push_back(std::move(b));
   }
 
@@ -95,7 +94,8 @@ struct PeerService::Restore {
   uint32_t from_node = 0;  // the client's node, for the metrics
   KvLayout layout;
   std::vector<Key> ssd_keys;  // the stored keys of the SSD hits, in key order
-  // Their slices, layer-major: [layer][hit][plane], so that a layer is one run to send.
+  // Their slices as the pool lays out a segment, [layer][plane][hit], so that a layer is one run
+  // to send and each (layer, plane) run of a segment is read straight into its place.
   StagingPool::Buffer staging;
   std::shared_ptr<StagingPool> pool;
   std::vector<void*> ptrs;                // kSlicePointers into `staging`
@@ -141,7 +141,7 @@ void Fail(const UcxNode::Responder& respond, const Status& st) { respond(st, {},
 UcxPayload PeerService::LayerBytes(const std::shared_ptr<Restore>& r, uint32_t layer) {
   const uint64_t per = uint64_t{r->layout.num_planes} * r->layout.slice_bytes;
   const uint64_t run = r->ssd_keys.size() * per;
-  return UcxPayload(reinterpret_cast<const char*>(r->staging.mem.get()) + layer * run, run, r);
+  return UcxPayload(reinterpret_cast<const char*>(r->staging.data()) + layer * run, run, r);
 }
 
 PeerService::PeerService(FlatStore* store, UcxNode* ucx, uint32_t node_id,
@@ -362,7 +362,7 @@ void PeerService::OnRestore(const std::string& header, UcxNode::Responder respon
   reply.set_restore_id(r->id);
   if (!r->ssd_keys.empty()) {
     r->staging = staging_->Take(r->ssd_keys.size() * bb);
-    if (r->staging.mem == nullptr) {
+    if (r->staging.empty()) {
       // Taken by a restore since, or memory exhausted: these hits are misses.
       for (const PinnedHit& h : pin->hits) {
         if (h.medium == MediaType::kSsd) reply.mutable_blocks(static_cast<int>(h.key))->Clear();
@@ -378,7 +378,7 @@ void PeerService::OnRestore(const std::string& header, UcxNode::Responder respon
       for (uint32_t l = 0; l < layout.num_layers; ++l) {
         for (uint32_t p = 0; p < layout.num_planes; ++p) {
           r->ptrs[(j * layout.num_layers + l) * layout.num_planes + p] =
-              r->staging.mem.get() + ((l * n + j) * layout.num_planes + p) * layout.slice_bytes;
+              r->staging.data() + ((l * layout.num_planes + p) * n + j) * layout.slice_bytes;
         }
       }
     }
