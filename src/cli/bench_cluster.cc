@@ -21,8 +21,8 @@
 //  - Lookup: PeerLookups of 64 keys of the remote session, back to back: P50 and P99 in µs.
 //  - Prefill/decode: a client of A writes a --pd-bytes session whose home is A; a client of B
 //    restores it: time to its first layer and in total.
-// UCX chooses the transport (shared memory here; set UCX_TLS=tcp to force TCP). Exit 1 on a wrong
-// byte or a missed block, 2 on bad flags.
+// UCX chooses the transport (TCP on loopback here: ucx_transport.h; UCX_TLS names others).
+// Exit 1 on a wrong byte or a missed block, 2 on bad flags.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -14,8 +14,8 @@ using Clock = std::chrono::steady_clock;
 
 // The restores' staging: at most `limit` bytes held, lent or kept. Buffers given back are kept for
 // the next restores (up to kSpareBytes, and dropped when a fresh one needs their room): a fresh
-// allocation of a restore's size is fresh pages, whose zeroing by the kernel costs more than the
-// restore's own copies. Thread-safe.
+// allocation of a restore's size is fresh pages, which the kernel zeroes as they are first
+// touched, at a fraction of the disk's rate on a fresh VM (docs/cluster.md). Thread-safe.
 class PeerService::StagingPool {
  public:
   // Aligned like the engine's reads (huge pages from 2 MiB), so the owner's restore reads a layer

@@ -6,8 +6,9 @@
 //     is gone (UCX reports it: peer error handling) or the timeout passes;
 //   - one-sided reads: Register exposes a local region and packs its remote key; Get reads bytes
 //     of a peer's region (its address and packed key) straight into a local buffer with UCX RMA
-//     (ucp_get_nbx). UCX chooses the transport: shared memory or CMA on one machine, TCP between
-//     machines, RDMA where the fabric has it (docs/cluster.md).
+//     (ucp_get_nbx). UCX chooses the transport: RDMA where the fabric has it, else TCP; with
+//     peer error handling on (which this node needs), UCX 1.13 takes TCP between the processes
+//     of one machine too, its shared-memory transports not offering it (docs/cluster.md).
 // Large messages travel by UCX rendezvous, into a string of the node's own that the callback
 // gets (a call that timed out leaves the caller's memory alone whatever arrives later); Reuse
 // gives it back for the next one.

@@ -1,4 +1,4 @@
-// UcxNode between two nodes in one process (UCX picks shared memory or TCP on loopback).
+// UcxNode between two nodes in one process (UCX picks TCP on loopback: ucx_transport.h).
 #include "cluster/ucx_transport.h"
 
 #include <gtest/gtest.h>
