@@ -85,6 +85,10 @@ uint32_t ClusterNode::node_id() const {
 }
 
 Status ClusterNode::Join(serve::Daemon* daemon, const ClusterNodeOptions& options) {
+  {
+    MutexLock lock(mu_);
+    if (left_) return Status::Aborted("this node left its cluster: its data path is shut");
+  }
   MembershipOptions o;
   o.etcd = options.etcd;
   o.cluster = options.cluster;
@@ -133,9 +137,13 @@ void ClusterNode::Leave() {
     MutexLock lock(mu_);
     m = std::move(membership_);
     p = std::move(peers_);
+    left_ = true;
   }
   if (m != nullptr) m->Leave();  // out of the cluster first: no new peer requests
   if (p != nullptr) p->Stop();
+  // Clients with an older view can still reach the worker, and its one-sided gets read the DRAM
+  // arena without this node's code: the worker goes before the daemon closes the store.
+  ucx_->Stop();
 }
 
 }  // namespace flatcake::cluster

@@ -58,7 +58,8 @@ class ClusterNode {
   // Joins, describing `daemon` (its socket, its store's capacities and, at each renewal, use),
   // and starts serving peers from its store. `daemon` outlives Leave.
   Status Join(serve::Daemon* daemon, const ClusterNodeOptions& options) EXCLUDES(mu_);
-  // Leaves the cluster (the lease revoked) and stops serving peers. Idempotent.
+  // Leaves the cluster (the lease revoked), stops serving peers and stops the UCX worker (so that
+  // no peer reads the store's memory once it closes); Join after it fails. Idempotent.
   void Leave() EXCLUDES(mu_);
 
   uint32_t node_id() const EXCLUDES(mu_);
@@ -72,6 +73,7 @@ class ClusterNode {
   mutable Mutex mu_;
   std::unique_ptr<Membership> membership_ GUARDED_BY(mu_);
   std::unique_ptr<PeerService> peers_ GUARDED_BY(mu_);
+  bool left_ GUARDED_BY(mu_) = false;
 };
 
 // Hexadecimal of `bytes` (a UCX worker address in a member record), and back (empty for text

@@ -193,10 +193,25 @@ Status PeerService::Start() {
 }
 
 void PeerService::Stop() {
-  std::vector<std::shared_ptr<Restore>> left;
   {
     MutexLock lock(mu_);
     if (stopped_) return;
+  }
+  // The handlers capture this service: they are replaced by ones that capture nothing, and the
+  // calls of theirs already running on the progress thread are waited for, before anything here
+  // goes (a request from a client with an older view of the cluster can come at any time).
+  if (started_) {
+    for (uint32_t id = kPeerHello; id <= kPeerStats; ++id) {
+      ucx_->SetHandler(id, [](std::string, std::string, UcxNode::Responder respond) {
+        respond(Status::Aborted("the node's peer service has stopped (it left the cluster)"), {},
+                {});
+      });
+    }
+    ucx_->Quiesce();
+  }
+  std::vector<std::shared_ptr<Restore>> left;
+  {
+    MutexLock lock(mu_);
     stopped_ = true;
     for (auto& [id, r] : restores_) left.push_back(r);
     restores_.clear();

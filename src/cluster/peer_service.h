@@ -65,8 +65,10 @@ class PeerService {
 
   // Registers the arena and the handlers, starts the sweeper.
   Status Start();
-  // Ends every restore in flight (unpinned, staging freed) and stops the sweeper. The handlers
-  // stay registered but answer Aborted. Idempotent.
+  // Replaces the handlers by ones that answer Aborted and capture nothing, waits for the calls of
+  // the old ones in progress (UcxNode::Quiesce), ends every restore in flight (unpinned, staging
+  // freed) and stops the sweeper: after it, the service may be destroyed and the store closed
+  // while peers still send requests. Idempotent; not from the UCX progress thread.
   void Stop();
 
   size_t restores_in_flight() const EXCLUDES(mu_);

@@ -94,12 +94,18 @@ class UcxNode::Impl {
 
   const std::string& address() const { return address_; }
 
-  // Runs `task` on the progress thread.
-  void Post(std::function<void()> task) EXCLUDES(mu_) {
+  // Runs `task` on the progress thread; false (the task dropped, not run) once the node is
+  // stopping: every task taken before that runs.
+  bool Post(std::function<void()> task) EXCLUDES(mu_) {
     {
       MutexLock lock(mu_);
+      if (stopping_) return false;
       tasks_.push_back(std::move(task));
     }
+    Wake();
+    return true;
+  }
+  void Wake() {
     const uint64_t one = 1;
     (void)!::write(wake_fd_, &one, sizeof(one));
   }
@@ -114,13 +120,26 @@ class UcxNode::Impl {
     handlers_[id] = std::move(h);
   }
 
+  // UcxNode::Quiesce: a task queued behind everything queued now; the progress thread runs
+  // handlers and callbacks one at a time, so once it has run, none that started before is left.
+  void Quiesce() EXCLUDES(mu_) {
+    if (!thread_.joinable() || std::this_thread::get_id() == thread_.get_id()) return;
+    auto ran = std::make_shared<std::promise<void>>();
+    std::future<void> done = ran->get_future();
+    if (!Post([ran] { ran->set_value(); })) return;
+    while (done.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      MutexLock lock(mu_);
+      if (stopping_) return;  // tasks posted now may never run; the shutdown joins the thread
+    }
+  }
+
   void Shutdown() EXCLUDES(mu_) {
     if (thread_.joinable()) {
       {
         MutexLock lock(mu_);
         stopping_ = true;
       }
-      Post([] {});
+      Wake();
       thread_.join();
     }
     if (worker_ != nullptr) {
@@ -302,11 +321,14 @@ class UcxNode::Impl {
     } else if (UCS_PTR_IS_ERR(r)) {
       FailCall(send->call_id, UcxError("sending", UCS_PTR_STATUS(r)));
       delete send;
+    } else {
+      transfers_++;
     }
   }
 
   static void OnSendDone(void* request, ucs_status_t status, void* user_data) {
     auto* send = static_cast<SendContext*>(user_data);
+    send->impl->transfers_--;
     if (status != UCS_OK) send->impl->FailCall(send->call_id, UcxError("sending", status));
     delete send;
     ucp_request_free(request);
@@ -450,6 +472,8 @@ class UcxNode::Impl {
         Landed(rv);
       } else if (UCS_PTR_IS_ERR(r)) {
         FailReceive(rv, UcxError("receiving", UCS_PTR_STATUS(r)));
+      } else {
+        transfers_++;
       }
       return UCS_OK;
     }
@@ -459,6 +483,7 @@ class UcxNode::Impl {
 
   static void OnRndvDone(void* request, ucs_status_t status, size_t, void* user_data) {
     auto* rv = static_cast<RndvReceive*>(user_data);
+    rv->impl->transfers_--;
     if (status == UCS_OK) {
       rv->impl->Landed(rv);
     } else {
@@ -620,6 +645,12 @@ class UcxNode::Impl {
     for (PendingGet* g : pending) CancelGet(g);
     const auto until = Clock::now() + std::chrono::seconds(2);
     while (!gets_.empty() && Clock::now() < until) ucp_worker_progress(worker_);
+    // Sends and rendezvous receives still going, replies to peers' requests among them (on
+    // endpoints UCX made for those peers, which this node does not close): UCX destroys such
+    // endpoints with the worker and must find none of their transfers left (it asserts so). They
+    // end once the peer has taken or given the data, or is found gone.
+    const auto drained = Clock::now() + std::chrono::seconds(5);
+    while (transfers_ > 0 && Clock::now() < drained) ucp_worker_progress(worker_);
     std::vector<std::string> peers;
     for (auto& [addr, p] : peers_) peers.push_back(addr);
     for (const std::string& p : peers) ClosePeer(p);
@@ -653,6 +684,7 @@ class UcxNode::Impl {
   std::unordered_map<uint64_t, ucp_mem_h> regs_;
   std::vector<void*> closing_;
   std::vector<std::string> spare_;  // TakeBuffer, Recycle
+  uint64_t transfers_ = 0;          // sends and rendezvous receives UCX has not completed
 };
 
 UcxNode::UcxNode(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
@@ -671,31 +703,43 @@ void UcxNode::SetHandler(uint32_t id, Handler handler) {
   impl_->SetHandler(id, std::move(handler));
 }
 
+void UcxNode::Quiesce() { impl_->Quiesce(); }
+
+void UcxNode::Stop() { impl_->Shutdown(); }
+
+namespace {
+Status Stopped() { return Status::Aborted("ucx: node stopped"); }
+}  // namespace
+
 Result<UcxNode::Registration> UcxNode::Register(void* base, size_t len) {
   std::promise<Result<Registration>> p;
   auto f = p.get_future();
-  impl_->Post([&] { p.set_value(impl_->DoRegister(base, len)); });
+  if (!impl_->Post([&] { p.set_value(impl_->DoRegister(base, len)); })) return Stopped();
   return f.get();
 }
 
 void UcxNode::Unregister(uint64_t handle) {
   std::promise<void> p;
   auto f = p.get_future();
-  impl_->Post([&] {
+  const bool posted = impl_->Post([&] {
     impl_->DoUnregister(handle);
     p.set_value();
   });
-  f.get();
+  if (posted) f.get();  // else the stop released every registration
 }
 
 void UcxNode::Call(std::string_view peer, uint32_t id, std::string header, std::string data,
                    std::chrono::milliseconds timeout, ReplyCallback done) {
-  impl_->Post([impl = impl_.get(), peer = std::string(peer), id, header = std::move(header),
-               data = std::move(data), timeout, done = std::move(done)]() mutable {
+  // Shared with the task, so that a task the stopped node drops still leaves it to be called.
+  auto cb = std::make_shared<ReplyCallback>(std::move(done));
+  const bool posted = impl_->Post([impl = impl_.get(), peer = std::string(peer), id,
+                                   header = std::move(header), data = std::move(data), timeout,
+                                   cb]() mutable {
     Impl::PendingCall call;
-    call.done = std::move(done);
+    call.done = std::move(*cb);
     impl->DoCall(std::move(peer), id, std::move(header), std::move(data), timeout, std::move(call));
   });
+  if (!posted && *cb) (*cb)(Stopped(), {}, {});
 }
 
 void UcxNode::Reuse(std::string buffer) { impl_->Reuse(std::move(buffer)); }
@@ -718,10 +762,13 @@ Result<std::pair<std::string, std::string>> UcxNode::CallSync(std::string_view p
 
 void UcxNode::Get(std::string_view peer, std::string rkey, std::vector<GetPiece> pieces,
                   std::chrono::milliseconds timeout, std::function<void(Status)> done) {
-  impl_->Post([impl = impl_.get(), peer = std::string(peer), rkey = std::move(rkey),
-               pieces = std::move(pieces), timeout, done = std::move(done)]() mutable {
-    impl->DoGet(std::move(peer), std::move(rkey), std::move(pieces), timeout, std::move(done));
-  });
+  auto cb = std::make_shared<std::function<void(Status)>>(std::move(done));
+  const bool posted =
+      impl_->Post([impl = impl_.get(), peer = std::string(peer), rkey = std::move(rkey),
+                   pieces = std::move(pieces), timeout, cb]() mutable {
+        impl->DoGet(std::move(peer), std::move(rkey), std::move(pieces), timeout, std::move(*cb));
+      });
+  if (!posted && *cb) (*cb)(Stopped());
 }
 
 Status UcxNode::GetSync(std::string_view peer, std::string rkey, std::vector<GetPiece> pieces,

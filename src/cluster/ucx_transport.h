@@ -56,11 +56,16 @@ class UcxNode {
   // A context and worker with active messages, RMA and wakeup, and the progress thread. IOError
   // naming UCX's status when UCX cannot start.
   static Result<std::unique_ptr<UcxNode>> Create();
-  // Stops the progress thread (pending calls and gets fail with Aborted), closes the endpoints,
-  // releases registrations, destroys the worker and context.
+  // Stop().
   ~UcxNode();
   UcxNode(const UcxNode&) = delete;
   UcxNode& operator=(const UcxNode&) = delete;
+
+  // Stops the progress thread (pending calls and gets fail with Aborted), closes the endpoints,
+  // releases registrations, destroys the worker and context: from then on no peer reaches this
+  // node's registered memory, calls and gets fail with Aborted at once, Register does too and
+  // SetHandler has no effect. Idempotent; not from a handler or callback.
+  void Stop();
 
   // This worker's address (binary), what peers pass to Call and Get.
   const std::string& address() const { return address_; }
@@ -68,6 +73,11 @@ class UcxNode {
   // Handler for requests with `id` (0..65535); replaces any earlier one. Set handlers before
   // peers call.
   void SetHandler(uint32_t id, Handler handler);
+  // Returns once every handler and callback call that the progress thread had started, or had
+  // queued, before this call has returned: after SetHandler replaced a handler, the old one's
+  // captures may then go. At once when the node is shutting down (its progress thread then runs
+  // nothing new) or when called on the progress thread itself (from a handler or a callback).
+  void Quiesce();
 
   // Exposes [base, base + len) to peers' Gets: a handle for Unregister and the packed key peers
   // need (send it to them with the region's address). Registering a buffer that local Gets land

@@ -1,0 +1,226 @@
+// The cluster's data path in one process, so that ThreadSanitizer sees all of it at once (this test
+// is labelled concurrent: scripts/test.sh runs it in the TSan tree): a private etcd and two node
+// daemons, each with its ClusterNode (UCX worker, membership, PeerService), and ClusterStore
+// clients of node A on several threads putting to, looking up at and restoring from node B's DRAM
+// and SSD at once, a restore dropped mid-stream, and node B going away under restores in flight.
+// cluster_process_test covers the same paths with real `flatcake serve` processes (and network
+// namespaces); this one puts the client's restore threads, the UCX progress threads, the home's
+// handlers and its store's I/O threads under the race detector together.
+#include "cluster/cluster_store.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/cluster_node.h"
+#include "cluster/etcd_process.h"
+#include "serve/daemon.h"
+#include "testing/store_blocks.h"
+#include "util/block_content.h"
+#include "util/temp_dir.h"
+
+namespace flatcake::cluster {
+namespace {
+
+constexpr KvLayout kLayout{4, 2, 16 * 1024};  // 128 KiB blocks
+constexpr size_t kBlocks = 24;                // a session: 3 MiB
+constexpr int kThreads = 4;
+
+struct Node {
+  std::unique_ptr<TempDir> dir;
+  std::unique_ptr<ClusterNode> cluster;
+  std::unique_ptr<serve::Daemon> daemon;
+
+  void Stop() {
+    if (cluster != nullptr) cluster->Leave();
+    if (daemon != nullptr) daemon->Shutdown();
+    daemon.reset();
+  }
+};
+
+class ClusterStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto etcd = EtcdProcess::Start();
+    ASSERT_TRUE(etcd.ok()) << etcd.status().ToString();
+    etcd_ = std::move(*etcd);
+    ASSERT_NO_FATAL_FAILURE(StartNode(&a_, "a"));
+    ASSERT_NO_FATAL_FAILURE(StartNode(&b_, "b"));
+  }
+  void TearDown() override {
+    for (Node* n : {&a_, &b_}) n->Stop();
+  }
+
+  void StartNode(Node* n, const std::string& name) {
+    n->dir = std::make_unique<TempDir>("flatcake-cluster-store-" + name);
+    ASSERT_TRUE(n->dir->ok());
+    auto node = ClusterNode::Create();
+    ASSERT_TRUE(node.ok()) << node.status().ToString();
+    n->cluster = std::move(*node);
+    serve::DaemonOptions d;
+    d.store.dram_bytes = 32 * kMiB;
+    d.store.ssd_dirs = {n->dir->path()};
+    d.store.ssd_bytes = 64 * kMiB;
+    d.store.ssd_file_bytes = 8 * kMiB;
+    d.store.recover = false;
+    d.store.io_engine = IoEngineKind::kPreadv;  // the engine's worker threads, for the detector
+    d.store.read_window_bytes = 8 * kMiB;
+    d.store.write_staging_bytes = 8 * kMiB;
+    d.socket_path = n->dir->path() + "/sock";
+    d.cluster_view = n->cluster->ViewSource();
+    auto daemon = serve::Daemon::Start(d);
+    ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+    n->daemon = std::move(*daemon);
+    ClusterNodeOptions co;
+    auto eps = ParseEtcdEndpoints(etcd_->client_url());
+    ASSERT_TRUE(eps.ok());
+    co.etcd = *eps;
+    co.cluster = "test";
+    co.node_name = name;
+    co.lease_ttl_s = 5;
+    co.peer_staging_bytes = 64 * kMiB;
+    Status joined = n->cluster->Join(n->daemon.get(), co);
+    ASSERT_TRUE(joined.ok()) << joined.ToString();
+  }
+
+  // A client of node A that sees both members.
+  std::unique_ptr<ClusterStore> ClientOfA(ClusterClientOptions cluster = {}) {
+    auto c = ClusterStore::Connect(a_.daemon->socket_path(), "t", {}, cluster);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (!c.ok()) return nullptr;
+    for (int i = 0; i < 200 && (*c)->Placement(Key{1, 1}).size() < 2; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ((*c)->Placement(Key{1, 1}).size(), 2u) << "the client never saw both members";
+    return std::move(*c);
+  }
+
+  // The keys of a session named `tag`N whose home is node B, for client `c`.
+  std::vector<Key> SessionAtB(ClusterStore& c, const std::string& tag) {
+    for (int i = 0; i < 10000; ++i) {
+      const std::string name = tag + std::to_string(i);
+      std::vector<Key> keys;
+      for (size_t j = 0; j < kBlocks; ++j) {
+        keys.push_back(KeyFromString(name + "/" + std::to_string(j)));
+      }
+      if (c.Placement(keys[0]).front() == b_.cluster->node_id()) return keys;
+    }
+    ADD_FAILURE() << "no session name homed at B";
+    return {};
+  }
+
+  static void Write(Store& s, const std::vector<Key>& keys, MediaType medium) {
+    testing::PutFilled(s, keys, kLayout, medium);
+  }
+
+  // Restores `keys` through `s`: the blocks found (each checked byte-exact here), the layers
+  // reported in order.
+  static size_t Restored(Store& s, const std::vector<Key>& keys) {
+    HostBlocks dst(kLayout, keys.size());
+    std::atomic<uint32_t> next_layer{0};
+    std::atomic<bool> in_order{true};
+    RestoreOptions ro;
+    ro.on_layer = [&](uint32_t l) {
+      if (l != next_layer.fetch_add(1)) in_order = false;
+    };
+    auto h = s.Restore(keys, kLayout, dst.buffers(), ro);
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    if (!h.ok()) return 0;
+    auto r = (*h)->Wait();
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return 0;
+    EXPECT_TRUE(in_order.load()) << "layers reported out of order";
+    EXPECT_EQ(r->corrupt, 0u);
+    testing::ExpectFoundBlocksExact(keys, r->found, dst);
+    return r->hits;
+  }
+
+  std::unique_ptr<EtcdProcess> etcd_;
+  Node a_, b_;
+};
+
+TEST_F(ClusterStoreTest, ClientsOnSeveralThreadsWriteAndRestoreBothMediaOfAnotherNode) {
+  std::vector<std::unique_ptr<ClusterStore>> clients;
+  for (int t = 0; t < kThreads; ++t) {
+    clients.push_back(ClientOfA());
+    ASSERT_NE(clients.back(), nullptr);
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      ClusterStore& c = *clients[t];
+      // Each thread: a session in B's DRAM and one in B's SSD, then both restored, twice, while
+      // the other threads do the same.
+      const auto dram = SessionAtB(c, "dram-" + std::to_string(t) + "-");
+      const auto ssd = SessionAtB(c, "ssd-" + std::to_string(t) + "-");
+      Write(c, dram, MediaType::kDram);
+      Write(c, ssd, MediaType::kSsd);
+      EXPECT_EQ(c.Lookup(dram).leading_hits, kBlocks);
+      EXPECT_EQ(c.Lookup(ssd).leading_hits, kBlocks);
+      for (int round = 0; round < 2; ++round) {
+        EXPECT_EQ(Restored(c, dram), kBlocks);
+        EXPECT_EQ(Restored(c, ssd), kBlocks);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  // One client, many restores in flight at once from its one UCX worker.
+  ClusterStore& c = *clients[0];
+  const auto ssd = SessionAtB(c, "shared-");
+  Write(c, ssd, MediaType::kSsd);
+  std::vector<std::thread> readers;
+  for (int t = 0; t < kThreads; ++t) {
+    readers.emplace_back([&] { EXPECT_EQ(Restored(c, ssd), kBlocks); });
+  }
+  for (std::thread& t : readers) t.join();
+  // GetStats sums both members (a PeerStats round trip to B), which hold every SSD session.
+  EXPECT_GE(c.GetStats().ssd.used_bytes, (kThreads + 1) * kBlocks * kLayout.block_bytes());
+}
+
+TEST_F(ClusterStoreTest, ARestoreDroppedMidStreamLeavesTheOthersWhole) {
+  auto c = ClientOfA();
+  ASSERT_NE(c, nullptr);
+  const auto ssd = SessionAtB(*c, "drop-");
+  Write(*c, ssd, MediaType::kSsd);
+  for (int i = 0; i < 8; ++i) {
+    HostBlocks dst(kLayout, ssd.size());
+    auto h = c->Restore(ssd, kLayout, dst.buffers());
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    if (i % 2 == 0) (void)(*h)->WaitLayer(0);
+    (*h)->Cancel();
+    h->reset();  // replies still on their way land in the worker's buffers, not in dst
+  }
+  EXPECT_EQ(Restored(*c, ssd), kBlocks);
+}
+
+TEST_F(ClusterStoreTest, AHomeGoingAwayUnderRestoresGivesMissesNeverWrongBytes) {
+  ClusterClientOptions fast;
+  fast.timeout = std::chrono::milliseconds(2000);
+  auto c = ClientOfA(fast);
+  ASSERT_NE(c, nullptr);
+  const auto dram = SessionAtB(*c, "gone-dram-");
+  const auto ssd = SessionAtB(*c, "gone-ssd-");
+  Write(*c, dram, MediaType::kDram);
+  Write(*c, ssd, MediaType::kSsd);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 2; ++t) {
+    readers.emplace_back([&, t] {
+      // Hits while B serves, misses once it is gone; Restored checks every block it got.
+      while (!stop.load()) (void)Restored(*c, t == 0 ? dram : ssd);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  b_.Stop();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  stop = true;
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(Restored(*c, ssd), 0u);  // B's blocks: misses, within the timeout
+}
+
+}  // namespace
+}  // namespace flatcake::cluster
