@@ -18,6 +18,10 @@
 //    layer. remote_ssd_vs_ucx = FlatCake / that. Also, for reference, UCX gets of the same sizes
 //    from B's arena (ucx_ssd_get_gbps) and local_ssd_gbps, the same session restored by a client
 //    of B itself (B's own path), for what the SSD allows.
+//  - Both baselines again over the restores' own connection (*_same_ep): the same calls from the
+//    client's UCX worker to B's (B's worker answers the requests, kRawLayer, from memory), where
+//    the ones above run between two workers of the bench's own, as ucx_perftest would between
+//    two processes. remote_*_vs_ucx_same_ep = FlatCake / those.
 //  - Lookup: PeerLookups of 64 keys of the remote session, back to back: P50 and P99 in µs.
 //  - Prefill/decode: a client of A writes a --pd-bytes session whose home is A; a client of B
 //    restores it: time to its first layer and in total.
@@ -51,6 +55,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
+
+// The request/reply baseline's handler id at B's worker: outside the peer requests' ids
+// (cluster::PeerRequest), so B's PeerService never sees it.
+constexpr uint32_t kRawLayer = 900;
 
 struct ClusterBenchArgs {
   uint64_t bytes = 256 * kMiB;
@@ -91,17 +99,23 @@ class ClusterBench {
                MediaType medium);
   // Restores `keys` through `s` into dst_, timed; every block verified. Time to layer 0 too.
   Result<double> TimedRestore(Store& s, const std::vector<Key>& keys, double* first_layer_s);
-  // `count` UCX gets of `size` bytes from B's arena into dst_, timed.
-  Result<double> TimedRawGets(uint64_t count, uint64_t size);
+  // `count` UCX gets of `size` bytes from B's arena into dst_ by `worker`, timed.
+  Result<double> TimedRawGets(cluster::UcxNode& worker, uint64_t count, uint64_t size);
   // `count` requests answered by raw_server_ with `size` bytes each, ClusterStore::kLayerWindow
   // in flight, timed.
-  Result<double> TimedRawCalls(uint64_t count, uint64_t size);
+  Result<double> TimedRawCalls(uint64_t count, uint64_t size) {
+    return TimedRawCalls(*raw_, raw_server_->address(), 1, count, size);
+  }
+  // The same from `worker` to the worker at `server`, handler `id`.
+  Result<double> TimedRawCalls(cluster::UcxNode& worker, const std::string& server, uint32_t id,
+                               uint64_t count, uint64_t size);
 
   // The run's figures (GB/s, microseconds, seconds).
   struct Figures {
     uint64_t session_bytes = 0;
     double remote_dram_gbps = 0, ucx_dram_gbps = 0, remote_ssd_gbps = 0, ucx_ssd_gbps = 0;
     double ucx_ssd_get_gbps = 0, local_ssd_gbps = 0;
+    double ucx_dram_same_ep_gbps = 0, ucx_ssd_same_ep_gbps = 0;
     size_t lookup_keys = 0;
     double lookup_p50_us = 0, lookup_p99_us = 0;
     double pd_bytes = 0, pd_write_s = 0, pd_first_s = 0, pd_total_s = 0;
@@ -228,7 +242,7 @@ Result<double> ClusterBench::TimedRestore(Store& s, const std::vector<Key>& keys
   return secs;
 }
 
-Result<double> ClusterBench::TimedRawGets(uint64_t count, uint64_t size) {
+Result<double> ClusterBench::TimedRawGets(cluster::UcxNode& worker, uint64_t count, uint64_t size) {
   std::vector<cluster::UcxNode::GetPiece> pieces;
   pieces.reserve(count);
   const uint64_t span = std::min<uint64_t>(b_arena_bytes_, count * size);
@@ -237,11 +251,12 @@ Result<double> ClusterBench::TimedRawGets(uint64_t count, uint64_t size) {
   }
   const auto t0 = Clock::now();
   FC_RETURN_IF_ERROR(
-      raw_->GetSync(b_address_, b_rkey_, std::move(pieces), std::chrono::seconds(60)));
+      worker.GetSync(b_address_, b_rkey_, std::move(pieces), std::chrono::seconds(60)));
   return Seconds(Clock::now() - t0);
 }
 
-Result<double> ClusterBench::TimedRawCalls(uint64_t count, uint64_t size) {
+Result<double> ClusterBench::TimedRawCalls(cluster::UcxNode& worker, const std::string& server,
+                                           uint32_t id, uint64_t count, uint64_t size) {
   rpc::PeerLayer req;  // the header a PeerLayer has; the server does not read it
   req.set_restore_id(1);
   req.set_layer(size);
@@ -252,12 +267,12 @@ Result<double> ClusterBench::TimedRawCalls(uint64_t count, uint64_t size) {
   for (uint32_t w = 0; w < cluster::ClusterStore::kLayerWindow; ++w) {
     callers.emplace_back([&, w] {
       for (uint64_t i = w; i < count; i += cluster::ClusterStore::kLayerWindow) {
-        auto r = raw_->CallSync(raw_server_->address(), 1, header, {}, std::chrono::seconds(60));
+        auto r = worker.CallSync(server, id, header, {}, std::chrono::seconds(60));
         if (!r.ok() || r->second.size() != size) {
           failed[w] = r.ok() ? Status::IOError("a reply of the wrong size") : r.status();
           return;
         }
-        raw_->Reuse(std::move(r->second));
+        worker.Reuse(std::move(r->second));
       }
     });
   }
@@ -309,11 +324,14 @@ Status ClusterBench::Setup() {
   std::memset(reply.data(), 0x5a, reply.size());
   raw_reply_ = std::make_shared<AlignedBuffer>(std::move(reply));
   FC_ASSIGN_OR_RETURN(raw_server_, cluster::UcxNode::Create());
-  raw_server_->SetHandler(1, [this](std::string, std::string, cluster::UcxNode::Responder respond) {
-    respond(Status::OK(), {},
-            cluster::UcxPayload(reinterpret_cast<const char*>(raw_reply_->data()),
-                                raw_reply_->size(), raw_reply_));
-  });
+  const auto answer = [reply = raw_reply_](std::string, std::string,
+                                           cluster::UcxNode::Responder respond) {
+    respond(
+        Status::OK(), {},
+        cluster::UcxPayload(reinterpret_cast<const char*>(reply->data()), reply->size(), reply));
+  };
+  raw_server_->SetHandler(1, answer);
+  b_node_.cluster->ucx().SetHandler(kRawLayer, answer);  // the *_same_ep baseline's
   FC_RETURN_IF_ERROR(client_a_->ucx_worker().Register(dst_.data(), dst_.size()).status());
   return Status::OK();
 }
@@ -324,6 +342,8 @@ Status ClusterBench::MeasureRestores(const std::vector<Key>& dram_keys,
   const uint64_t blocks = dram_keys.size();
   const double gb = static_cast<double>(f->session_bytes) / 1e9;
   std::vector<double> fc_dram, raw_dram, fc_ssd, raw_ssd, raw_ssd_get, local_ssd;
+  std::vector<double> same_dram, same_ssd;
+  cluster::UcxNode& client = client_a_->ucx_worker();
   for (uint32_t rep = 0; rep < a_.reps; ++rep) {
     const bool raw_first = rep % 2 == 1;
     for (int side = 0; side < 2; ++side) {
@@ -334,13 +354,19 @@ Status ClusterBench::MeasureRestores(const std::vector<Key>& dram_keys,
         fc_ssd.push_back(gb / s);
       } else {
         FC_ASSIGN_OR_RETURN(const double d,
-                            TimedRawGets(blocks * per_block_slices, layout_.slice_bytes));
+                            TimedRawGets(*raw_, blocks * per_block_slices, layout_.slice_bytes));
         raw_dram.push_back(gb / d);
         const uint64_t layer_bytes = blocks * layout_.num_planes * layout_.slice_bytes;
         FC_ASSIGN_OR_RETURN(const double s, TimedRawCalls(layout_.num_layers, layer_bytes));
         raw_ssd.push_back(gb / s);
-        FC_ASSIGN_OR_RETURN(const double g, TimedRawGets(layout_.num_layers, layer_bytes));
+        FC_ASSIGN_OR_RETURN(const double g, TimedRawGets(*raw_, layout_.num_layers, layer_bytes));
         raw_ssd_get.push_back(gb / g);
+        FC_ASSIGN_OR_RETURN(const double sd,
+                            TimedRawGets(client, blocks * per_block_slices, layout_.slice_bytes));
+        same_dram.push_back(gb / sd);
+        FC_ASSIGN_OR_RETURN(const double ss, TimedRawCalls(client, b_address_, kRawLayer,
+                                                           layout_.num_layers, layer_bytes));
+        same_ssd.push_back(gb / ss);
       }
     }
     // B's own path, for what the SSD allows.
@@ -352,6 +378,8 @@ Status ClusterBench::MeasureRestores(const std::vector<Key>& dram_keys,
   f->remote_ssd_gbps = Median(fc_ssd);
   f->ucx_ssd_gbps = Median(raw_ssd);
   f->ucx_ssd_get_gbps = Median(raw_ssd_get);
+  f->ucx_dram_same_ep_gbps = Median(same_dram);
+  f->ucx_ssd_same_ep_gbps = Median(same_ssd);
   f->local_ssd_gbps = Median(local_ssd);
   return Status::OK();
 }
@@ -388,6 +416,8 @@ void ClusterBench::Report(const Figures& f) const {
   const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0; };
   const double dram_vs_ucx = ratio(f.remote_dram_gbps, f.ucx_dram_gbps);
   const double ssd_vs_ucx = ratio(f.remote_ssd_gbps, f.ucx_ssd_gbps);
+  const double dram_vs_same = ratio(f.remote_dram_gbps, f.ucx_dram_same_ep_gbps);
+  const double ssd_vs_same = ratio(f.remote_ssd_gbps, f.ucx_ssd_same_ep_gbps);
   const double pd_gbps = ratio(f.pd_bytes / 1e9, f.pd_total_s);
   std::printf("bench cluster: two nodes, UCX %s, %s blocks (%s), session %s\n",
               tls != nullptr ? tls : "auto", FormatBytes(layout_.block_bytes()).c_str(),
@@ -398,6 +428,10 @@ void ClusterBench::Report(const Figures& f) const {
       "  remote SSD restore %.2f GB/s, UCX requests answered with the same sizes %.2f GB/s: %.3f x "
       "(UCX gets of them %.2f GB/s; B's own SSD restore %.2f GB/s)\n",
       f.remote_ssd_gbps, f.ucx_ssd_gbps, ssd_vs_ucx, f.ucx_ssd_get_gbps, f.local_ssd_gbps);
+  std::printf(
+      "  the same UCX calls over the restores' own connection: gets %.2f GB/s (DRAM %.3f x), "
+      "requests %.2f GB/s (SSD %.3f x)\n",
+      f.ucx_dram_same_ep_gbps, dram_vs_same, f.ucx_ssd_same_ep_gbps, ssd_vs_same);
   std::printf("  lookup of %zu keys at the remote home: P50 %.1f us, P99 %.1f us\n", f.lookup_keys,
               f.lookup_p50_us, f.lookup_p99_us);
   std::printf(
@@ -422,6 +456,10 @@ void ClusterBench::Report(const Figures& f) const {
                     {"remote_ssd_vs_ucx", ssd_vs_ucx},
                     {"local_ssd_gbps", f.local_ssd_gbps},
                     {"remote_ssd_vs_local_ssd", ratio(f.remote_ssd_gbps, f.local_ssd_gbps)},
+                    {"ucx_dram_same_ep_gbps", f.ucx_dram_same_ep_gbps},
+                    {"remote_dram_vs_ucx_same_ep", dram_vs_same},
+                    {"ucx_ssd_same_ep_gbps", f.ucx_ssd_same_ep_gbps},
+                    {"remote_ssd_vs_ucx_same_ep", ssd_vs_same},
                     {"lookup_keys", f.lookup_keys},
                     {"lookup_p50_us", f.lookup_p50_us},
                     {"lookup_p99_us", f.lookup_p99_us},

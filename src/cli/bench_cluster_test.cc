@@ -27,9 +27,11 @@ TEST(BenchClusterTest, JsonLineCarriesTheRatiosAndEveryByteIsVerified) {
   const std::string line = LastLine(r.out);
   ASSERT_FALSE(line.empty()) << "a table comes before the JSON line";
   const auto j = nlohmann::json::parse(line);
-  for (const char* f : {"remote_dram_vs_ucx", "remote_ssd_vs_ucx", "lookup_p99_us", "lookup_p50_us",
-                        "remote_dram_gbps", "ucx_dram_gbps", "remote_ssd_gbps", "ucx_ssd_gbps",
-                        "ucx_ssd_get_gbps", "local_ssd_gbps", "pd_first_layer_ms", "pd_total_ms"}) {
+  for (const char* f :
+       {"remote_dram_vs_ucx", "remote_ssd_vs_ucx", "lookup_p99_us", "lookup_p50_us",
+        "remote_dram_gbps", "ucx_dram_gbps", "remote_ssd_gbps", "ucx_ssd_gbps", "ucx_ssd_get_gbps",
+        "local_ssd_gbps", "pd_first_layer_ms", "pd_total_ms", "ucx_dram_same_ep_gbps",
+        "remote_dram_vs_ucx_same_ep", "ucx_ssd_same_ep_gbps", "remote_ssd_vs_ucx_same_ep"}) {
     ASSERT_TRUE(j.contains(f)) << f;
     EXPECT_GT(j[f].get<double>(), 0) << f;
   }
