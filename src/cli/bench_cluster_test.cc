@@ -18,7 +18,9 @@ using flatcake::testing::RunCommand;
 
 TEST(BenchClusterTest, JsonLineCarriesTheRatiosAndEveryByteIsVerified) {
   TempDir dir("bench-cluster-test");
-  const std::string cmd = std::string(FLATCAKE_BINARY) +
+  // UCX on loopback only: cluster_process_test, run beside this one, adds and removes a bridge
+  // that a worker's address would otherwise name.
+  const std::string cmd = "UCX_TLS=tcp UCX_NET_DEVICES=lo " + std::string(FLATCAKE_BINARY) +
                           " bench cluster --bytes 8M --pd-bytes 8M --layers 4 --slice-bytes 16K"
                           " --reps 2 --lookups 50 --json --ssd-dir " +
                           dir.path();

@@ -19,6 +19,7 @@
 #include "cluster/cluster_node.h"
 #include "cluster/etcd_process.h"
 #include "serve/daemon.h"
+#include "testing/netns_lab.h"
 #include "testing/store_blocks.h"
 #include "util/block_content.h"
 #include "util/temp_dir.h"
@@ -139,6 +140,10 @@ class ClusterStoreTest : public ::testing::Test {
     return r->hits;
   }
 
+  // UCX on loopback only: a worker's address names every interface up when it is made, and a
+  // bridge another test (cluster_process_test, run beside this one) adds and removes would be
+  // tried and found gone.
+  testing::UcxEnvironment ucx_env_{"tcp", "lo"};
   std::unique_ptr<EtcdProcess> etcd_;
   Node a_, b_;
 };

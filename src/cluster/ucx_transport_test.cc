@@ -9,12 +9,17 @@
 #include <numeric>
 #include <thread>
 
+#include "testing/netns_lab.h"
+
 namespace flatcake::cluster {
 namespace {
 
 using std::chrono::milliseconds;
 
 std::unique_ptr<UcxNode> NewNode() {
+  // UCX on loopback only: a worker's address names every interface up when it is made, and a
+  // bridge that cluster_process_test (run beside this one) adds and removes would be tried.
+  static const testing::UcxEnvironment env("tcp", "lo");
   auto n = UcxNode::Create();
   EXPECT_TRUE(n.ok()) << n.status().ToString();
   return n.ok() ? std::move(*n) : nullptr;
@@ -138,6 +143,44 @@ TEST(UcxTransport, APeerThatGoesAwayFailsCallsWithinTheirTimeout) {
   std::string buf(4096, '\0');
   const Status g = a->GetSync(addr, "not a key", {{buf.data(), 0, 4096}}, milliseconds(1000));
   EXPECT_FALSE(g.ok());
+}
+
+TEST(UcxTransport, AStoppedNodeFailsAtOnceAndItsPeersSeeItGone) {
+  auto a = NewNode();
+  auto b = NewNode();
+  ASSERT_TRUE(a && b);
+  std::string region(1 << 20, 'r');
+  auto reg = b->Register(region.data(), region.size());
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  std::atomic<int> handled{0};
+  b->SetHandler(1, [&](std::string, std::string, UcxNode::Responder respond) {
+    handled++;
+    respond(Status::OK(), "pong", {});
+  });
+  ASSERT_TRUE(a->CallSync(b->address(), 1, "", "", milliseconds(5000)).ok());
+  b->Quiesce();  // from another thread: returns once the progress thread has caught up
+  b->Stop();
+  b->Stop();     // idempotent
+  b->Quiesce();  // a stopped node: at once
+  // Its own calls, gets and registrations fail at once, with Aborted.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = b->CallSync(a->address(), 1, "", "", milliseconds(60000));
+  EXPECT_EQ(r.status().code(), StatusCode::kAborted);
+  std::string buf(4096, '\0');
+  EXPECT_EQ(
+      b->GetSync(a->address(), reg->rkey, {{buf.data(), 0, 4096}}, milliseconds(60000)).code(),
+      StatusCode::kAborted);
+  EXPECT_EQ(b->Register(buf.data(), buf.size()).status().code(), StatusCode::kAborted);
+  b->Unregister(reg->handle);  // released by the stop already: a no-op
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(1000));
+  // Its peers: its handler is gone with its worker, and so is its registered memory.
+  auto after = a->CallSync(b->address(), 1, "", "", milliseconds(1500));
+  EXPECT_FALSE(after.ok());
+  const Status g = a->GetSync(b->address(), reg->rkey,
+                              {{buf.data(), reinterpret_cast<uint64_t>(region.data()), 4096}},
+                              milliseconds(1500));
+  EXPECT_FALSE(g.ok());
+  EXPECT_EQ(handled.load(), 1);
 }
 
 }  // namespace
