@@ -276,6 +276,22 @@ class UcxNode::Impl {
   Result<ucp_ep_h> Endpoint(const std::string& peer) {
     auto it = peers_.find(peer);
     if (it != peers_.end() && it->second.ep != nullptr) return it->second.ep;
+    // A peer UCX found gone is not connected to again for a while: each attempt at a dead
+    // address costs a connection and a UCX error line, and every request of the clients' until
+    // their view drops the member would make one.
+    if (auto f = failed_.find(peer); f != failed_.end()) {
+      const auto since = Clock::now() - f->second;
+      if (since < kReconnectAfter) {
+        return Status::IOError(
+            "ucx: peer unreachable (gone " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(since).count()) +
+            " ms ago; it is tried again " +
+            std::to_string(
+                std::chrono::duration_cast<std::chrono::milliseconds>(kReconnectAfter).count()) +
+            " ms after)");
+      }
+      failed_.erase(f);
+    }
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -418,6 +434,7 @@ class UcxNode::Impl {
       if (p.ep == ep) peer = addr;
     }
     if (peer.empty()) return;
+    failed_[peer] = Clock::now();
     const Status err = Status::IOError(std::string("ucx: peer gone: ") + ucs_status_string(status));
     std::vector<uint64_t> failed;
     for (auto& [id, c] : calls_) {
@@ -685,6 +702,10 @@ class UcxNode::Impl {
   std::vector<void*> closing_;
   std::vector<std::string> spare_;  // TakeBuffer, Recycle
   uint64_t transfers_ = 0;          // sends and rendezvous receives UCX has not completed
+  // Peers UCX reported gone (peer error handling), and when: Endpoint refuses them for
+  // kReconnectAfter.
+  static constexpr std::chrono::milliseconds kReconnectAfter{500};
+  std::unordered_map<std::string, Clock::time_point> failed_;
 };
 
 UcxNode::UcxNode(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {

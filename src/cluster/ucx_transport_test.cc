@@ -181,6 +181,14 @@ TEST(UcxTransport, AStoppedNodeFailsAtOnceAndItsPeersSeeItGone) {
                               milliseconds(1500));
   EXPECT_FALSE(g.ok());
   EXPECT_EQ(handled.load(), 1);
+  // A peer found gone is not connected to again at once: the calls right after fail without a
+  // connection attempt, saying so (each attempt would cost a connection and a UCX error line).
+  for (int i = 0; i < 20; ++i) {
+    auto again = a->CallSync(b->address(), 1, "", "", milliseconds(1500));
+    ASSERT_FALSE(again.ok());
+    EXPECT_NE(again.status().ToString().find("peer unreachable"), std::string::npos)
+        << again.status().ToString();
+  }
 }
 
 }  // namespace
