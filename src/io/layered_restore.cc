@@ -18,16 +18,25 @@ void AddStats(const ReaderStats& from, ReaderStats* to) {
 
 }  // namespace
 
-LayeredRestore::LayeredRestore(bool split, std::function<void(uint32_t)> on_layer,
-                               DoneCallback on_done)
-    : split_(split), on_layer_(std::move(on_layer)), on_done_(std::move(on_done)) {}
+LayeredRestore::LayeredRestore(bool split, uint32_t first_layer,
+                               std::function<void(uint32_t)> on_layer, DoneCallback on_done)
+    : split_(split),
+      first_layer_(first_layer),
+      on_layer_(std::move(on_layer)),
+      on_done_(std::move(on_done)) {}
 
-std::shared_ptr<LayeredRestore> LayeredRestore::Start(
-    RestoreReader& reader, uint64_t total_slices, uint32_t num_layers, const SliceSource& source,
-    std::function<void(uint32_t)> on_layer, SliceCallback on_slice, DoneCallback on_done) {
-  const bool split = num_layers > 1 && total_slices >= kSplitSlices;
+std::shared_ptr<LayeredRestore> LayeredRestore::Start(RestoreReader& reader, uint64_t total_slices,
+                                                      uint32_t first_layer, uint32_t end_layer,
+                                                      const SliceSource& source,
+                                                      std::function<void(uint32_t)> on_layer,
+                                                      SliceCallback on_slice,
+                                                      DoneCallback on_done) {
+  // The reader counts layers from 0: those below the range have no slices and are reported at
+  // once by each part, and are not passed on.
+  const uint32_t num_layers = end_layer;
+  const bool split = end_layer - first_layer > 1 && total_slices >= kSplitSlices;
   std::shared_ptr<LayeredRestore> self(
-      new LayeredRestore(split, std::move(on_layer), std::move(on_done)));
+      new LayeredRestore(split, first_layer, std::move(on_layer), std::move(on_done)));
   {
     // Uncontended (no part has started yet); the lock is taken for the analysis.
     MutexLock lock(self->mu_);
@@ -39,7 +48,7 @@ std::shared_ptr<LayeredRestore> LayeredRestore::Start(
     self->PartDone(st, rs);
   };
   std::vector<SliceRead> first;
-  source(0, split ? 1 : num_layers, &first);
+  source(first_layer, split ? first_layer + 1 : end_layer, &first);
   auto h1 = reader.Start(
       first, num_layers, [raw](uint32_t l, const Status& st) { raw->OnFirstLayer(l, st); },
       on_slice, nullptr, part_done);
@@ -53,7 +62,7 @@ std::shared_ptr<LayeredRestore> LayeredRestore::Start(
   // The first layer is on its way: build the rest. It goes out once the first layer's reads are
   // back, while their bytes are being copied out.
   std::vector<SliceRead> rest;
-  source(1, num_layers, &rest);
+  source(first_layer + 1, end_layer, &rest);
   auto h2 = reader.Start(
       rest, num_layers, [raw](uint32_t l, const Status& st) { raw->OnRestLayer(l, st); }, on_slice,
       *h1, part_done);
@@ -102,14 +111,15 @@ void LayeredRestore::PartDone(const Status& st, const ReaderStats& rs) {
 }
 
 void LayeredRestore::OnFirstLayer(uint32_t layer, const Status& st) {
+  if (layer < first_layer_) return;  // below the range
   if (!split_) {
     if (st.ok() && on_layer_) on_layer_(layer);
     return;
   }
-  if (layer != 0) return;  // the first part has only layer 0; the rest reports the others
+  if (layer != first_layer_) return;  // the first part has only that layer; the rest the others
   MutexLock lock(gate_mu_);
   if (st.ok()) {
-    if (on_layer_) on_layer_(0);
+    if (on_layer_) on_layer_(layer);
   } else {
     Fail(st);  // cancels the rest
   }
@@ -121,7 +131,7 @@ void LayeredRestore::OnFirstLayer(uint32_t layer, const Status& st) {
 }
 
 void LayeredRestore::OnRestLayer(uint32_t layer, const Status& st) {
-  if (layer == 0 || !st.ok()) return;  // layer 0 is the first part's
+  if (layer <= first_layer_ || !st.ok()) return;  // below the range, or the first part's
   MutexLock lock(gate_mu_);
   if (first_reported_) {
     if (on_layer_) on_layer_(layer);

@@ -37,11 +37,12 @@ class LayeredRestore {
   // and the reads' stats summed over both reader restores.
   using DoneCallback = std::function<void(const Status& status, const ReaderStats& stats)>;
 
-  // Restores the `total_slices` slices `source` builds, in `num_layers` layers. `on_layer(l)` runs
-  // once per layer that landed whole, in increasing order; `on_slice` (may be null) as for
-  // RestoreReader::Start. `reader` must outlive the restore.
+  // Restores the `total_slices` slices `source` builds, of layers [first_layer, end_layer).
+  // `on_layer(l)` runs once per layer of that range that landed whole, in increasing order;
+  // `on_slice` (may be null) as for RestoreReader::Start. `reader` must outlive the restore.
   static std::shared_ptr<LayeredRestore> Start(RestoreReader& reader, uint64_t total_slices,
-                                               uint32_t num_layers, const SliceSource& source,
+                                               uint32_t first_layer, uint32_t end_layer,
+                                               const SliceSource& source,
                                                std::function<void(uint32_t)> on_layer,
                                                SliceCallback on_slice, DoneCallback on_done);
 
@@ -53,7 +54,8 @@ class LayeredRestore {
   LayeredRestore& operator=(const LayeredRestore&) = delete;
 
  private:
-  LayeredRestore(bool split, std::function<void(uint32_t)> on_layer, DoneCallback on_done);
+  LayeredRestore(bool split, uint32_t first_layer, std::function<void(uint32_t)> on_layer,
+                 DoneCallback on_done);
   // One reader restore ended; the last one completes the layered restore.
   void PartDone(const Status& st, const ReaderStats& rs) EXCLUDES(mu_);
   // Records the first error and cancels both parts.
@@ -64,6 +66,7 @@ class LayeredRestore {
   void Hold(std::shared_ptr<ReaderHandle> h, bool first) EXCLUDES(mu_);
 
   const bool split_;
+  const uint32_t first_layer_;  // the range's first: the first part's one layer when split
   const std::function<void(uint32_t)> on_layer_;
   const DoneCallback on_done_;
 
@@ -78,7 +81,7 @@ class LayeredRestore {
   // Layer reports of a split restore, merged into one ordered stream. Taken before mu_ (a failed
   // first layer fails the restore under it).
   Mutex gate_mu_ ACQUIRED_BEFORE(mu_);
-  bool first_reported_ GUARDED_BY(gate_mu_) = false;  // the first part's layer 0 went out
+  bool first_reported_ GUARDED_BY(gate_mu_) = false;  // the first part's layer went out
   std::vector<uint32_t> held_ GUARDED_BY(gate_mu_);   // the rest's OK layers that came earlier
 };
 

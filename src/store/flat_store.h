@@ -71,6 +71,18 @@ class FlatStore final : public Store, private ScopeHost {
   Result<std::unique_ptr<RestoreHandle>> Restore(std::span<const Key> keys, const KvLayout& layout,
                                                  const BlockBuffers& dst,
                                                  const RestoreOptions& options = {}) override;
+  // Restore of layers [first_layer, end_layer) of each block only, scheduled by FC-MAS as a
+  // restore of those bytes: the other layers' destination bytes are left alone (their slice
+  // pointers may alias the range's), on_layer reports the range's layers, and the blocks are not
+  // checked against their stored checksums, which cover every layer: `found` says a block's
+  // range was delivered, and the caller checks the bytes (the cluster's peer service streams a
+  // long restore this way, part by part through a ring of layer buffers, to a client that checks
+  // every block end to end). InvalidArgument for an empty range or one past the layout.
+  Result<std::unique_ptr<RestoreHandle>> RestoreLayers(std::span<const Key> keys,
+                                                       const KvLayout& layout,
+                                                       const BlockBuffers& dst,
+                                                       uint32_t first_layer, uint32_t end_layer,
+                                                       const RestoreOptions& options = {});
   uint64_t Reclaim(MediaType medium, double target_fraction) override;
   void Clear() override;
   StoreStats GetStats() const override;
@@ -347,6 +359,12 @@ class FlatStore final : public Store, private ScopeHost {
   void CountRead(size_t num_keys, const GetResult& result);
 
   // --- scheduling (flat_store_restore.cc) ---
+  // Restore and RestoreLayers: `layers` of each block ({}: all).
+  Result<std::unique_ptr<RestoreHandle>> StartRestore(std::span<const Key> keys,
+                                                      const KvLayout& layout,
+                                                      const BlockBuffers& dst,
+                                                      const RestoreOptions& options,
+                                                      LayerRange layers);
   Status StartScheduler();
   // Stops FC-MAS and the dispatcher; fails every restore not yet done. Before the reader goes.
   void StopScheduler();

@@ -300,7 +300,9 @@ void FlatStore::ServeReady() {
         st = Status::Aborted("restore cancelled");
       } else {
         job->read->CopyDram(media_access_.dram);
-        for (uint32_t l = 0; l < job->layout.num_layers; ++l) job->ReportLayer(l);
+        for (uint32_t l = job->read->first_layer(); l < job->read->end_layer(); ++l) {
+          job->ReportLayer(l);
+        }
       }
     }
     FinishJob(*job, std::move(st));
@@ -311,6 +313,25 @@ Result<std::unique_ptr<RestoreHandle>> FlatStore::Restore(std::span<const Key> k
                                                           const KvLayout& layout,
                                                           const BlockBuffers& dst,
                                                           const RestoreOptions& options) {
+  return StartRestore(keys, layout, dst, options, {});
+}
+
+Result<std::unique_ptr<RestoreHandle>> FlatStore::RestoreLayers(
+    std::span<const Key> keys, const KvLayout& layout, const BlockBuffers& dst,
+    uint32_t first_layer, uint32_t end_layer, const RestoreOptions& options) {
+  if (first_layer >= end_layer || end_layer > layout.num_layers) {
+    return Status::InvalidArgument("layers [" + std::to_string(first_layer) + ", " +
+                                   std::to_string(end_layer) + ") of a layout of " +
+                                   std::to_string(layout.num_layers));
+  }
+  return StartRestore(keys, layout, dst, options, {first_layer, end_layer});
+}
+
+Result<std::unique_ptr<RestoreHandle>> FlatStore::StartRestore(std::span<const Key> keys,
+                                                               const KvLayout& layout,
+                                                               const BlockBuffers& dst,
+                                                               const RestoreOptions& options,
+                                                               LayerRange layers) {
   gets_.fetch_add(1, std::memory_order_relaxed);
   FC_RETURN_IF_ERROR(ValidateBuffers(dst, layout, keys.size()));
   auto job = std::make_shared<RestoreJob>();
@@ -321,13 +342,13 @@ Result<std::unique_ptr<RestoreHandle>> FlatStore::Restore(std::span<const Key> k
   std::vector<PinnedHit> hits;
   Gva slowest = 0;
   FC_RETURN_IF_ERROR(PinHits(keys, layout, &hits, &slowest));
-  job->read.emplace(layout, dst, std::move(hits), options_.verify_checksums);
+  job->read.emplace(layout, dst, std::move(hits), options_.verify_checksums, layers);
 
   (ClassifyRestore(slowest) == RestoreClass::kDramReady ? restores_dram_ : restores_ssd_)
       .fetch_add(1, std::memory_order_relaxed);
   const RestoreRequest request{next_restore_id_.fetch_add(1, std::memory_order_relaxed),
                                job->arrival_ns, slowest,
-                               job->read->num_ssd_hits() * layout.block_bytes()};
+                               job->read->num_ssd_hits() * job->read->block_bytes_delivered()};
   job->id = request.id;
   auto handle = std::make_unique<FlatRestoreHandle>(this, job);
   if (Status st = SubmitJob(job, request); !st.ok()) {

@@ -10,12 +10,14 @@
 namespace flatcake {
 
 PinnedRead::PinnedRead(const KvLayout& layout, const BlockBuffers& dst, std::vector<PinnedHit> hits,
-                       bool verify)
+                       bool verify, LayerRange layers)
     : layout_(layout),
+      first_layer_(layers.first),
+      end_layer_(layers.end == 0 ? layout.num_layers : layers.end),
       dst_pointers_(dst.ptrs.begin(), dst.ptrs.end()),
       dst_{dst.kind, std::span<void* const>(dst_pointers_)},
       hits_(std::move(hits)),
-      verify_(verify),
+      verify_(verify && first_layer_ == 0 && end_layer_ == layout.num_layers),
       delivered_(hits_.size(), 0) {
   for (uint32_t i = 0; i < hits_.size(); ++i) {
     const PinnedHit& h = hits_[i];
@@ -83,9 +85,11 @@ void PinnedRead::CopyDram(const uint8_t* arena) {
     }
   };
   for (const DramSource& d : dram_) delivered_[d.hit] = 0;
-  const uint32_t runs = layout_.num_layers * planes;
+  // The runs of the layers delivered: [first, runs).
+  const uint32_t first = first_layer_ * planes;
+  const uint32_t runs = end_layer_ * planes;
   if (dst_.kind == BufferKind::kSlicePointers) {
-    for (uint32_t r = 0; r < runs; ++r) {
+    for (uint32_t r = first; r < runs; ++r) {
       for (size_t n = 0; n < n_hits; ++n) {
         const uint8_t* next = n + 1 < n_hits ? from(n + 1, r)
                               : r + 1 < runs ? from(0, r + 1)
@@ -95,9 +99,9 @@ void PinnedRead::CopyDram(const uint8_t* arena) {
     }
   } else {
     for (size_t n = 0; n < n_hits; ++n) {
-      for (uint32_t r = 0; r < runs; ++r) {
+      for (uint32_t r = first; r < runs; ++r) {
         const uint8_t* next = r + 1 < runs     ? from(n, r + 1)
-                              : n + 1 < n_hits ? from(n + 1, 0)
+                              : n + 1 < n_hits ? from(n + 1, first)
                                                : nullptr;
         copy(n, r, next);
       }
@@ -146,9 +150,10 @@ std::shared_ptr<LayeredRestore> PinnedRead::StartSsdReads(RestoreReader& reader,
       sums[s.tag / planes].fetch_add(h, std::memory_order_relaxed);
     };
   }
-  const uint64_t total = uint64_t{ssd_hits_.size()} * layout_.num_layers * layout_.num_planes;
+  const uint64_t total =
+      uint64_t{ssd_hits_.size()} * (end_layer_ - first_layer_) * layout_.num_planes;
   return LayeredRestore::Start(
-      reader, total, layout_.num_layers,
+      reader, total, first_layer_, end_layer_,
       [this, &geometry](uint32_t first, uint32_t last, std::vector<SliceRead>* out) {
         AppendSsdSlices(geometry, first, last, out);
       },
@@ -170,7 +175,7 @@ GetResult PinnedRead::Outcome(size_t num_keys, const Status& st,
                               std::span<const uint8_t> pin_valid) const {
   GetResult result;
   result.found.assign(num_keys, 0);
-  const uint64_t block_bytes = layout_.block_bytes();
+  const uint64_t block_bytes = block_bytes_delivered();
   for (size_t i = 0; i < hits_.size(); ++i) {
     const PinnedHit& h = hits_[i];
     bool ok = st.ok() && (pin_valid.empty() || pin_valid[i]);
@@ -199,7 +204,7 @@ Result<GetResult> PinnedRead::Run(const MediaAccess& media, RestoreReader* reade
   if (!dram_.empty()) CopyDram(media.dram);
   Status st;
   if (ssd_hits_.empty()) {
-    for (uint32_t l = 0; on_layer && l < layout_.num_layers; ++l) on_layer(l);
+    for (uint32_t l = first_layer_; on_layer && l < end_layer_; ++l) on_layer(l);
   } else {
     if (reader == nullptr) return Status::InvalidArgument("SSD hits to read but no reader");
     Mutex mu;

@@ -28,6 +28,12 @@
 
 namespace flatcake {
 
+// Layers [first, end) of each block of a restore (end 0: through the last).
+struct LayerRange {
+  uint32_t first = 0;
+  uint32_t end = 0;
+};
+
 class PinnedRead {
  public:
   // A restore delivering at least this many bytes from DRAM copies with streaming stores
@@ -38,13 +44,22 @@ class PinnedRead {
 
   // `hits`: of a pin of `layout`, in key order. `dst`'s pointer table is copied; the memory it
   // names must outlive the restore. `verify`: hash what is delivered and compare it with each
-  // block's stored checksum. REQUIRES: dst validated for `layout` and the pinned keys.
+  // block's stored checksum. `layers`: deliver only layers [first, end) of each block (a part of
+  // a restore; end 0: through the last); a block's checksum covers all its layers, so a part is
+  // never verified, whatever `verify` says. REQUIRES: dst validated for `layout` and the pinned
+  // keys; first < end <= layout.num_layers.
   PinnedRead(const KvLayout& layout, const BlockBuffers& dst, std::vector<PinnedHit> hits,
-             bool verify);
+             bool verify, LayerRange layers = {});
   PinnedRead(const PinnedRead&) = delete;
   PinnedRead& operator=(const PinnedRead&) = delete;
 
   const KvLayout& layout() const { return layout_; }
+  uint32_t first_layer() const { return first_layer_; }
+  uint32_t end_layer() const { return end_layer_; }
+  // Bytes of each block this restore delivers (all of them, or its layers' share).
+  uint64_t block_bytes_delivered() const {
+    return uint64_t{end_layer_ - first_layer_} * layout_.num_planes * layout_.slice_bytes;
+  }
   const BlockBuffers& dst() const { return dst_; }
   const std::vector<PinnedHit>& hits() const { return hits_; }
   size_t num_dram_hits() const { return dram_.size(); }
@@ -97,6 +112,7 @@ class PinnedRead {
   };
 
   const KvLayout layout_;
+  const uint32_t first_layer_, end_layer_;
   std::vector<void*> dst_pointers_;
   BlockBuffers dst_;  // over dst_pointers_
   const std::vector<PinnedHit> hits_;
