@@ -169,7 +169,7 @@ Status ClusterBench::StartNode(Node* n, const std::string& name, uint64_t dram, 
   co.lease_ttl_s = 10;
   // Room for two restores of the largest session, back to back: not the default (a quarter of
   // memory), which a session as large as CheckHostMemory allows could exceed.
-  co.peer_staging_bytes = 2 * std::max(a_.bytes, a_.pd_bytes) + 64 * kMiB;
+  co.peer.max_staging_bytes = 2 * std::max(a_.bytes, a_.pd_bytes) + 64 * kMiB;
   return n->cluster->Join(n->daemon.get(), co);
 }
 

@@ -149,7 +149,7 @@ int RunServe(ServeArgs& a) {
     co.cluster = config->cluster;
     co.node_name = config->node_name;
     co.lease_ttl_s = config->lease_ttl_s;
-    co.peer_staging_bytes = config->peer_staging_bytes;
+    co.peer.max_staging_bytes = config->peer_staging_bytes;
     co.node_id_file = NodeIdFile(*config);
     co.version = FLATCAKE_VERSION;
     co.metrics = metrics.get();

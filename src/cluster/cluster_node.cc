@@ -112,9 +112,8 @@ Status ClusterNode::Join(serve::Daemon* daemon, const ClusterNodeOptions& option
     m->ssd_used_bytes = s.ssd.used_bytes;
   };
   FC_ASSIGN_OR_RETURN(std::unique_ptr<Membership> m, Membership::Join(std::move(o)));
-  auto peers =
-      std::make_unique<PeerService>(&daemon->store(), ucx_.get(), m->node_id(), &daemon->ledger(),
-                                    options.metrics, options.peer_staging_bytes);
+  auto peers = std::make_unique<PeerService>(&daemon->store(), ucx_.get(), m->node_id(),
+                                             &daemon->ledger(), options.metrics, options.peer);
   FC_RETURN_IF_ERROR(peers->Start());
   if (!options.node_id_file.empty()) {
     std::ofstream out(options.node_id_file, std::ios::trunc);

@@ -40,9 +40,8 @@ struct ClusterNodeOptions {
   std::string node_id_file;  // empty: the NodeID is not kept across restarts
   std::string version;
   serve::DaemonMetrics* metrics = nullptr;  // the peer_* metrics; null: none; outlives the node
-  // Staging of other nodes' restores from this node's SSD, at most (PeerService); 0: a quarter
-  // of the machine's memory.
-  uint64_t peer_staging_bytes = 0;
+  // The service of other nodes' clients (its staging bound: peer.max_staging_bytes).
+  PeerServiceOptions peer;
 };
 
 class ClusterNode {

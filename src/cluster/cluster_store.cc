@@ -95,6 +95,7 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     req.set_tenant(store_->local_->tenant());
     req.set_keys(serve::EncodeKeys(keys_));
     *req.mutable_layout() = serve::ToRpc(layout_);
+    req.set_layer_window(kLayerWindow);  // ReadSsdLayers says which layers it has
     const auto timeout = store_->options_.timeout;
     auto reply =
         store_->ucx_->CallSync(peer->address, kPeerRestore, req.SerializeAsString(), {}, timeout);
@@ -178,13 +179,14 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
   }
 
   // Streams the layers of the SSD hits, kLayerWindow requests at a time, the next layer asked for
-  // as each reply arrives. A reply lands in a buffer of the UCX node's; this thread scatters it
-  // into the caller's slices, adding each slice's checksum to its hit's sum in `sums` in the same
-  // pass, and gives the buffer back. So the node's progress thread only receives (while this
-  // thread copies one layer, it takes in the next ones), and verifying the blocks takes no pass
-  // over them after the last layer. Layers are reported in order as they are scattered. Returns at
-  // the first failed layer: replies still on their way go to buffers of the node's, not the
-  // caller's.
+  // as each reply arrives; each request says how many leading layers have arrived, so that the
+  // home may reuse their buffers (PeerRestore.layer_window). A reply lands in a buffer of the UCX
+  // node's; this thread scatters it into the caller's slices, adding each slice's checksum to its
+  // hit's sum in `sums` in the same pass, and gives the buffer back. So the node's progress thread
+  // only receives (while this thread copies one layer, it takes in the next ones), and verifying
+  // the blocks takes no pass over them after the last layer. Layers are reported in order as they
+  // are scattered. Returns at the first failed layer: replies still on their way go to buffers of
+  // the node's, not the caller's.
   Status ReadSsdLayers(const Peer& peer, uint64_t restore_id, const std::vector<uint32_t>& ssd,
                        std::vector<uint64_t>* sums) {
     const uint32_t layers = layout_.num_layers;
@@ -202,10 +204,13 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
       uint32_t outstanding GUARDED_BY(mu) = 0;
     };
     auto shared = std::make_shared<Shared>();
+    std::vector<uint8_t> landed(layers, 0);
+    uint32_t received = 0;  // layers [0, received) have landed
     const auto issue = [&](uint32_t l) {
       rpc::PeerLayer req;
       req.set_restore_id(restore_id);
       req.set_layer(l);
+      req.set_received(received);
       // Layers land in order, each after the ones before it: a later layer's deadline leaves
       // room for the bytes ahead of it at kMinStreamBytesPerSecond.
       const auto deadline =
@@ -227,7 +232,6 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
                          });
     };
     for (uint32_t l = 0; l < window; ++l) issue(l);
-    std::vector<uint8_t> landed(layers, 0);
     uint32_t reported = 0;  // layers reported, in order
     for (;;) {
       std::vector<Reply> got;
@@ -246,13 +250,14 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
         if (!r.status.ok()) return r.status;
         ScatterLayer(r.layer, r.data, ssd, sums);
         landed[r.layer] = 1;
+        while (received < layers && landed[received]) ++received;
         store_->ucx_->Reuse(std::move(r.data));
         if (r.layer + window < layers) {
           issue(r.layer + window);
           outstanding++;
         }
       }
-      for (; reported < layers && landed[reported]; ++reported) ReportLayer(reported);
+      for (; reported < received; ++reported) ReportLayer(reported);
       if (outstanding == 0) return Status::OK();
     }
   }

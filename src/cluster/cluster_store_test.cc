@@ -19,6 +19,8 @@
 #include "cluster/cluster_node.h"
 #include "cluster/etcd_process.h"
 #include "serve/daemon.h"
+#include "serve/flatcake_rpc.pb.h"
+#include "serve/rpc_convert.h"
 #include "testing/netns_lab.h"
 #include "testing/store_blocks.h"
 #include "util/block_content.h"
@@ -29,6 +31,9 @@ namespace {
 
 constexpr KvLayout kLayout{4, 2, 16 * 1024};  // 128 KiB blocks
 constexpr size_t kBlocks = 24;                // a session: 3 MiB
+// Many layers, for the home's ring (PeerService): 256 KiB blocks, a session of 6 MiB whose layers
+// are 192 KiB of its SSD hits.
+constexpr KvLayout kLongLayout{32, 2, 4096};
 constexpr int kThreads = 4;
 
 struct Node {
@@ -49,14 +54,14 @@ class ClusterStoreTest : public ::testing::Test {
     auto etcd = EtcdProcess::Start();
     ASSERT_TRUE(etcd.ok()) << etcd.status().ToString();
     etcd_ = std::move(*etcd);
-    ASSERT_NO_FATAL_FAILURE(StartNode(&a_, "a"));
-    ASSERT_NO_FATAL_FAILURE(StartNode(&b_, "b"));
+    ASSERT_NO_FATAL_FAILURE(StartNode(&a_, "a", {}));
+    ASSERT_NO_FATAL_FAILURE(StartNode(&b_, "b", b_peer_));
   }
   void TearDown() override {
     for (Node* n : {&a_, &b_}) n->Stop();
   }
 
-  void StartNode(Node* n, const std::string& name) {
+  void StartNode(Node* n, const std::string& name, PeerServiceOptions peer) {
     n->dir = std::make_unique<TempDir>("flatcake-cluster-store-" + name);
     ASSERT_TRUE(n->dir->ok());
     auto node = ClusterNode::Create();
@@ -83,7 +88,8 @@ class ClusterStoreTest : public ::testing::Test {
     co.cluster = "test";
     co.node_name = name;
     co.lease_ttl_s = 5;
-    co.peer_staging_bytes = 64 * kMiB;
+    co.peer = peer;
+    if (co.peer.max_staging_bytes == 0) co.peer.max_staging_bytes = 64 * kMiB;
     Status joined = n->cluster->Join(n->daemon.get(), co);
     ASSERT_TRUE(joined.ok()) << joined.ToString();
   }
@@ -114,21 +120,22 @@ class ClusterStoreTest : public ::testing::Test {
     return {};
   }
 
-  static void Write(Store& s, const std::vector<Key>& keys, MediaType medium) {
-    testing::PutFilled(s, keys, kLayout, medium);
+  static void Write(Store& s, const std::vector<Key>& keys, MediaType medium,
+                    const KvLayout& layout = kLayout) {
+    testing::PutFilled(s, keys, layout, medium);
   }
 
   // Restores `keys` through `s`: the blocks found (each checked byte-exact here), the layers
   // reported in order.
-  static size_t Restored(Store& s, const std::vector<Key>& keys) {
-    HostBlocks dst(kLayout, keys.size());
+  static size_t Restored(Store& s, const std::vector<Key>& keys, const KvLayout& layout = kLayout) {
+    HostBlocks dst(layout, keys.size());
     std::atomic<uint32_t> next_layer{0};
     std::atomic<bool> in_order{true};
     RestoreOptions ro;
     ro.on_layer = [&](uint32_t l) {
       if (l != next_layer.fetch_add(1)) in_order = false;
     };
-    auto h = s.Restore(keys, kLayout, dst.buffers(), ro);
+    auto h = s.Restore(keys, layout, dst.buffers(), ro);
     EXPECT_TRUE(h.ok()) << h.status().ToString();
     if (!h.ok()) return 0;
     auto r = (*h)->Wait();
@@ -144,6 +151,7 @@ class ClusterStoreTest : public ::testing::Test {
   // bridge another test (cluster_process_test, run beside this one) adds and removes would be
   // tried and found gone.
   testing::UcxEnvironment ucx_env_{"tcp", "lo"};
+  PeerServiceOptions b_peer_;  // set before SetUp: node B's
   std::unique_ptr<EtcdProcess> etcd_;
   Node a_, b_;
 };
@@ -225,6 +233,113 @@ TEST_F(ClusterStoreTest, AHomeGoingAwayUnderRestoresGivesMissesNeverWrongBytes) 
   stop = true;
   for (std::thread& t : readers) t.join();
   EXPECT_EQ(Restored(*c, ssd), 0u);  // B's blocks: misses, within the timeout
+}
+
+// Node B streams a long restore's SSD hits through a ring of 7 layers (chunks of 2 layers, 2
+// reading, the client's window of 4): 1.3 MiB of staging for a 6 MiB session. Its staging bound,
+// 4.5 MiB, takes three such rings, and not the session whole (18 of its 24 blocks).
+class ClusterRingTest : public ClusterStoreTest {
+ protected:
+  static constexpr uint64_t kLayerRun = kBlocks * 2 * 4096;  // 192 KiB
+  void SetUp() override {
+    b_peer_.max_staging_bytes = 4 * kMiB + kMiB / 2;
+    b_peer_.ring_bytes = kMiB;
+    b_peer_.ring_chunk_bytes = 2 * kLayerRun;
+    ClusterStoreTest::SetUp();
+  }
+
+  // B's UCX address, for raw peer requests.
+  std::string AddressOfB() {
+    for (const auto& m : b_.cluster->View().members) {
+      if (m.node_id == b_.cluster->node_id()) return m.data_address;
+    }
+    ADD_FAILURE() << "B is not in its own view";
+    return {};
+  }
+};
+
+TEST_F(ClusterRingTest, ALongSsdRestoreStreamsThroughARingAtTheHome) {
+  ASSERT_GT(kBlocks * kLongLayout.block_bytes(), b_peer_.max_staging_bytes);
+  auto c = ClientOfA();
+  ASSERT_NE(c, nullptr);
+  const auto ssd = SessionAtB(*c, "ring-");
+  Write(*c, ssd, MediaType::kSsd, kLongLayout);
+  // Whole, byte-exact and in order, though the home never stages more than 7 of its 32 layers.
+  EXPECT_EQ(Restored(*c, ssd, kLongLayout), kBlocks);
+  // Two restores in flight at once, each with its own ring, from two clients' workers (a third
+  // ring's room is left for a restore of the round before whose last layer is still on its way).
+  auto c2 = ClientOfA();
+  ASSERT_NE(c2, nullptr);
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 2; ++t) {
+    readers.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round) {
+        EXPECT_EQ(Restored(t == 1 ? *c2 : *c, ssd, kLongLayout), kBlocks);
+      }
+    });
+  }
+  for (std::thread& t : readers) t.join();
+}
+
+TEST_F(ClusterRingTest, TheHomeStagesWholeForAClientWithoutAWindowAndHoldsARingToItsWord) {
+  auto c = ClientOfA();
+  ASSERT_NE(c, nullptr);
+  const auto ssd = SessionAtB(*c, "raw-");
+  Write(*c, ssd, MediaType::kSsd, kLongLayout);
+  auto raw = UcxNode::Create();
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  const std::string b = AddressOfB();
+  const auto timeout = std::chrono::seconds(10);
+  const auto restore = [&](uint32_t window) {
+    rpc::PeerRestore req;
+    req.set_tenant("t");
+    req.set_keys(serve::EncodeKeys(ssd));
+    *req.mutable_layout() = serve::ToRpc(kLongLayout);
+    req.set_layer_window(window);
+    rpc::PeerRestoreReply reply;
+    auto r = (*raw)->CallSync(b, kPeerRestore, req.SerializeAsString(), {}, timeout);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (r.ok()) EXPECT_TRUE(reply.ParseFromString(r->first));
+    return reply;
+  };
+  const auto found = [](const rpc::PeerRestoreReply& r) {
+    size_t n = 0;
+    for (const auto& b : r.blocks()) n += b.found() ? 1 : 0;
+    return n;
+  };
+  const auto layer = [&](uint64_t id, uint32_t l, uint32_t received) {
+    rpc::PeerLayer req;
+    req.set_restore_id(id);
+    req.set_layer(l);
+    req.set_received(received);
+    return (*raw)->CallSync(b, kPeerLayer, req.SerializeAsString(), {}, timeout);
+  };
+  const auto end = [&](uint64_t id) {
+    rpc::PeerRestoreEnd req;
+    req.set_restore_id(id);
+    auto r = (*raw)->CallSync(b, kPeerRestoreEnd, req.SerializeAsString(), {}, timeout);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+  };
+  // No window: every layer staged at once, so only the leading 18 blocks (4.5 MiB) fit.
+  const rpc::PeerRestoreReply whole = restore(0);
+  EXPECT_EQ(found(whole), 18u);
+  auto last = layer(whole.restore_id(), 31, 0);
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  EXPECT_EQ(last->second.size(), 18u * 2 * 4096);
+  end(whole.restore_id());
+  // A window: a ring, and every block.
+  const rpc::PeerRestoreReply ring = restore(4);
+  ASSERT_EQ(found(ring), kBlocks);
+  for (uint32_t l = 0; l < 7; ++l) {
+    auto got = layer(ring.restore_id(), l, l);  // the client has every layer below l
+    ASSERT_TRUE(got.ok()) << "layer " << l << ": " << got.status().ToString();
+    EXPECT_EQ(got->second.size(), kLayerRun);
+  }
+  // Layer 6 landed, so layers 6 and 7 were started in the slots of layers 0 and 1, which the
+  // client said it had: asking for layer 0 again is refused, not answered with layer 7's bytes.
+  auto again = layer(ring.restore_id(), 0, 6);
+  EXPECT_EQ(again.status().code(), StatusCode::kInvalidArgument) << again.status().ToString();
+  end(ring.restore_id());
 }
 
 }  // namespace

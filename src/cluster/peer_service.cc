@@ -22,6 +22,7 @@ class PeerService::StagingPool {
   // extent that lines up with its run in the staging straight into it, with no copy.
   using Buffer = AlignedBuffer;
   explicit StagingPool(uint64_t limit) : limit_(limit) {}
+  uint64_t limit() const { return limit_; }
   // Bytes a Take could lend now.
   uint64_t available() const EXCLUDES(mu_) {
     MutexLock lock(mu_);
@@ -66,6 +67,16 @@ class PeerService::StagingPool {
     }
     return std::move(*fresh);
   }
+  // Allocates a buffer of `bytes` and touches its pages while `stop` stays false, then keeps it
+  // for the restores.
+  void Warm(uint64_t bytes, const std::atomic<bool>& stop) EXCLUDES(mu_) {
+    Buffer b = Take(bytes);
+    const size_t step = size_t{2} << 20;
+    for (size_t at = 0; at < b.size() && !stop.load(std::memory_order_relaxed); at += step) {
+      std::memset(b.data() + at, 0, std::min(step, b.size() - at));
+    }
+    Give(std::move(b));
+  }
   void Give(Buffer b) EXCLUDES(mu_) {
     if (b.empty()) return;
     MutexLock lock(mu_);
@@ -94,16 +105,28 @@ struct PeerService::Restore {
   uint32_t from_node = 0;  // the client's node, for the metrics
   KvLayout layout;
   std::vector<Key> ssd_keys;  // the stored keys of the SSD hits, in key order
-  // Their slices as the pool lays out a segment, [layer][plane][hit], so that a layer is one run
-  // to send and each (layer, plane) run of a segment is read straight into its place.
+  // Their slices, `slots` layers of them, layer l in slot l % slots, each slot laid out as the
+  // pool lays out a segment's layer, [plane][hit]: a layer is one run to send, and each (layer,
+  // plane) run of a segment is read straight into its place. slots == layout.num_layers: every
+  // layer has its own, filled by one store restore. Fewer: a ring, filled `chunk` layers at a
+  // time (FlatStore::RestoreLayers), a chunk once the client has the layers that held its slots
+  // (PeerLayer.received).
+  uint32_t slots = 0;
+  uint32_t chunk = 0;
+  bool ring() const { return slots < layout.num_layers; }
   StagingPool::Buffer staging;
   std::shared_ptr<StagingPool> pool;
-  std::vector<void*> ptrs;                // kSlicePointers into `staging`
-  std::unique_ptr<RestoreHandle> handle;  // null without SSD hits
+  std::vector<void*> ptrs;  // kSlicePointers into `staging` (layers of one slot share theirs)
   Clock::time_point expires;
   // Guarded by the service's mu_:
+  std::vector<std::unique_ptr<RestoreHandle>> handles;  // the store restores started
+  uint32_t started = 0;                                 // layers [0, started) have one
+  uint32_t received = 0;                                // the client has layers [0, received)
+  std::vector<uint8_t> landed;                          // per layer
   uint32_t layers_landed = 0;
-  Status failed;  // the SSD restore's error, once known
+  bool queued = false;    // in the starter's queue
+  bool starting = false;  // StartChunks is starting a store restore (Finish waits for it)
+  Status failed;          // a store restore's error, once known
   std::unordered_map<uint32_t, std::vector<UcxNode::Responder>> waiting;  // by layer
   bool ended = false;
 };
@@ -141,21 +164,23 @@ void Fail(const UcxNode::Responder& respond, const Status& st) { respond(st, {},
 UcxPayload PeerService::LayerBytes(const std::shared_ptr<Restore>& r, uint32_t layer) {
   const uint64_t per = uint64_t{r->layout.num_planes} * r->layout.slice_bytes;
   const uint64_t run = r->ssd_keys.size() * per;
-  return UcxPayload(reinterpret_cast<const char*>(r->staging.data()) + layer * run, run, r);
+  return UcxPayload(reinterpret_cast<const char*>(r->staging.data()) + (layer % r->slots) * run,
+                    run, r);
 }
 
 PeerService::PeerService(FlatStore* store, UcxNode* ucx, uint32_t node_id,
                          serve::TenantLedger* ledger, serve::DaemonMetrics* metrics,
-                         uint64_t max_staging_bytes, std::chrono::milliseconds restore_ttl)
+                         const PeerServiceOptions& options)
     : store_(store),
       ucx_(ucx),
       node_id_(node_id),
       ledger_(ledger),
       metrics_(metrics),
-      restore_ttl_(restore_ttl),
+      options_(options),
       owner_(0xFCC1'0000'0000'0000ull | node_id),
-      staging_(std::make_shared<StagingPool>(max_staging_bytes != 0 ? max_staging_bytes
-                                                                    : PhysicalMemoryBytes() / 4)) {}
+      staging_(std::make_shared<StagingPool>(
+          options.max_staging_bytes != 0 ? options.max_staging_bytes : PhysicalMemoryBytes() / 4)) {
+}
 
 PeerService::~PeerService() { Stop(); }
 
@@ -188,6 +213,7 @@ Status PeerService::Start() {
     OnStats(h, std::move(r));
   });
   sweeper_ = std::thread([this] { SweepLoop(); });
+  starter_ = std::thread([this] { StartLoop(); });
   started_ = true;
   return Status::OK();
 }
@@ -215,9 +241,13 @@ void PeerService::Stop() {
     stopped_ = true;
     for (auto& [id, r] : restores_) left.push_back(r);
     restores_.clear();
+    to_start_.clear();
   }
+  stop_warming_.store(true);
   cv_.NotifyAll();
+  start_cv_.NotifyAll();
   if (sweeper_.joinable()) sweeper_.join();
+  if (starter_.joinable()) starter_.join();
   for (const auto& r : left) Finish(r);
   if (started_ && arena_.handle != 0) ucx_->Unregister(arena_.handle);
 }
@@ -345,10 +375,31 @@ void PeerService::OnRestore(const std::string& header, UcxNode::Responder respon
   r->pin = pin->id;
   r->from_node = req->from_node();
   r->layout = layout;
+  // The staging: a slot per layer, or a ring of a few chunks' layers for a client that says
+  // which layers it has (a short restore fits whole either way). The ring holds the chunks
+  // reading and the client's window beyond them: the client asks for layer l once it has
+  // l - window, saying it has the layers below l - window + 1, and the chunk holding l may start
+  // only once the client has the layers its slots held. With fewer slots than a chunk and the
+  // window, a restore could wait for itself.
+  size_t ssd_hits = 0;
+  for (const PinnedHit& h : pin->hits) ssd_hits += h.medium == MediaType::kSsd ? 1 : 0;
+  const uint32_t layers = layout.num_layers;
+  r->chunk = layers;
+  r->slots = layers;
+  if (req->layer_window() > 0 && ssd_hits > 0) {
+    const uint64_t run = ssd_hits * layout.num_planes * layout.slice_bytes;
+    r->chunk =
+        static_cast<uint32_t>(std::clamp<uint64_t>(options_.ring_chunk_bytes / run, 1, layers));
+    const uint64_t window = std::min(req->layer_window(), kMaxLayerWindow);
+    const uint64_t least = uint64_t{kChunksReading} * r->chunk + window - 1;
+    r->slots = static_cast<uint32_t>(
+        std::min<uint64_t>(layers, std::max(options_.ring_bytes / run, least)));
+    if (!r->ring()) r->chunk = layers;  // it all fits: one restore
+  }
   // The SSD hits the staging can take: the leading ones, in key order; the rest are misses.
-  const uint64_t bb = layout.block_bytes();
+  const uint64_t per_hit = uint64_t{r->slots} * layout.num_planes * layout.slice_bytes;
   size_t ssd_room = 0;
-  if (pin->id != 0) ssd_room = static_cast<size_t>(staging_->available() / bb);
+  if (pin->id != 0) ssd_room = static_cast<size_t>(staging_->available() / per_hit);
   for (const PinnedHit& h : pin->hits) {
     if (h.medium == MediaType::kSsd) {
       if (ssd_room == 0) continue;
@@ -371,12 +422,12 @@ void PeerService::OnRestore(const std::string& header, UcxNode::Responder respon
       return Fail(respond, Status::Aborted("peer service stopping"));
     }
     r->id = next_restore_++;
-    r->expires = Clock::now() + restore_ttl_;
+    r->expires = Clock::now() + options_.restore_ttl;
     restores_[r->id] = r;
   }
   reply.set_restore_id(r->id);
   if (!r->ssd_keys.empty()) {
-    r->staging = staging_->Take(r->ssd_keys.size() * bb);
+    r->staging = staging_->Take(r->ssd_keys.size() * per_hit);
     if (r->staging.empty()) {
       // Taken by a restore since, or memory exhausted: these hits are misses.
       for (const PinnedHit& h : pin->hits) {
@@ -388,37 +439,99 @@ void PeerService::OnRestore(const std::string& header, UcxNode::Responder respon
   if (!r->ssd_keys.empty()) {
     const size_t n = r->ssd_keys.size();
     r->pool = staging_;
+    r->landed.assign(layout.num_layers, 0);
     r->ptrs.resize(n * layout.num_layers * layout.num_planes);
     for (size_t j = 0; j < n; ++j) {
       for (uint32_t l = 0; l < layout.num_layers; ++l) {
         for (uint32_t p = 0; p < layout.num_planes; ++p) {
           r->ptrs[(j * layout.num_layers + l) * layout.num_planes + p] =
-              r->staging.data() + ((l * layout.num_planes + p) * n + j) * layout.slice_bytes;
+              r->staging.data() +
+              (((l % r->slots) * layout.num_planes + p) * n + j) * layout.slice_bytes;
         }
       }
+    }
+    MutexLock lock(mu_);
+    QueueStart(r);
+  }
+  respond(Status::OK(), reply.SerializeAsString(), {});
+}
+
+void PeerService::QueueStart(const std::shared_ptr<Restore>& r) {
+  if (r->queued || r->ended || stopped_) return;
+  r->queued = true;
+  to_start_.push_back(r);
+  start_cv_.NotifyAll();
+}
+
+void PeerService::StartLoop() {
+  for (;;) {
+    std::shared_ptr<Restore> r;
+    {
+      MutexLock lock(mu_);
+      while (!stopped_ && to_start_.empty()) start_cv_.Wait(mu_);
+      if (stopped_) return;
+      r = std::move(to_start_.front());
+      to_start_.pop_front();
+      r->queued = false;
+    }
+    StartChunks(r);
+  }
+}
+
+void PeerService::StartChunks(const std::shared_ptr<Restore>& r) {
+  const uint32_t layers = r->layout.num_layers;
+  const BlockBuffers dst{BufferKind::kSlicePointers, r->ptrs};
+  for (;;) {
+    uint32_t first, end;
+    {
+      MutexLock lock(mu_);
+      if (r->ended || !r->failed.ok() || r->started == layers) return;
+      first = r->started;
+      end = std::min(layers, first + r->chunk);
+      // Layer l takes slot l % slots, which held layer l - slots: the client must have it.
+      if (end > r->slots && r->received < end - r->slots) return;
+      // A chunk reading behind the one reading now keeps the disk busy; more would share it, and
+      // hold the next layer back.
+      if (r->started - r->layers_landed >= kChunksReading * r->chunk) return;
+      r->started = end;
+      r->starting = true;
     }
     RestoreOptions ro;
     std::weak_ptr<Restore> weak = r;
     ro.on_layer = [this, weak](uint32_t l) {
       if (auto s = weak.lock()) LayerLanded(s, l);
     };
-    auto handle =
-        store_->Restore(r->ssd_keys, layout, BlockBuffers{BufferKind::kSlicePointers, r->ptrs}, ro);
-    MutexLock lock(mu_);
-    if (handle.ok()) {
-      r->handle = std::move(*handle);
-    } else {
-      r->failed = handle.status();
+    // Without a ring, one restore of every layer, whose blocks the store also verifies.
+    auto handle = r->ring() ? store_->RestoreLayers(r->ssd_keys, r->layout, dst, first, end, ro)
+                            : store_->Restore(r->ssd_keys, r->layout, dst, ro);
+    std::unordered_map<uint32_t, std::vector<UcxNode::Responder>> waiting;
+    {
+      MutexLock lock(mu_);
+      r->starting = false;
+      if (handle.ok()) {
+        r->handles.push_back(std::move(*handle));
+      } else {
+        r->failed = handle.status();
+        waiting = std::move(r->waiting);
+      }
+    }
+    cv_.NotifyAll();
+    if (!handle.ok()) {
+      for (auto& [layer, rs] : waiting) {
+        for (auto& respond : rs) Fail(respond, handle.status());
+      }
+      return;
     }
   }
-  respond(Status::OK(), reply.SerializeAsString(), {});
 }
 
 void PeerService::LayerLanded(const std::shared_ptr<Restore>& r, uint32_t layer) {
   std::vector<UcxNode::Responder> ready;
   {
     MutexLock lock(mu_);
-    r->layers_landed = std::max(r->layers_landed, layer + 1);
+    r->landed[layer] = 1;
+    r->layers_landed++;
+    if (r->ring() && r->started < r->layout.num_layers) QueueStart(r);
     auto it = r->waiting.find(layer);
     if (it != r->waiting.end()) {
       ready = std::move(it->second);
@@ -441,7 +554,7 @@ void PeerService::OnLayer(const std::string& header, UcxNode::Responder respond)
                     serve::PeerRequestType::kLayer, 0);
   if (!req.ok()) return Fail(respond, req.status());
   std::shared_ptr<Restore> r;
-  bool landed;
+  const uint32_t layer = req->layer();
   {
     MutexLock lock(mu_);
     auto it = restores_.find(req->restore_id());
@@ -449,18 +562,32 @@ void PeerService::OnLayer(const std::string& header, UcxNode::Responder respond)
       return Fail(respond, Status::NotFound("no restore " + std::to_string(req->restore_id())));
     }
     r = it->second;
-    if (req->layer() >= r->layout.num_layers) {
-      return Fail(respond, Status::InvalidArgument("layer " + std::to_string(req->layer()) +
-                                                   " out of range"));
+    const uint32_t layers = r->layout.num_layers;
+    if (layer >= layers) {
+      return Fail(respond,
+                  Status::InvalidArgument("layer " + std::to_string(layer) + " out of range"));
     }
     if (!r->failed.ok()) return Fail(respond, r->failed);
-    landed = req->layer() < r->layers_landed;
-    if (!landed) {
-      r->waiting[req->layer()].push_back(std::move(respond));
-      return;  // answered when it lands (LayerLanded)
+    if (r->ssd_keys.empty()) {
+      return Fail(respond, Status::InvalidArgument("restore " + std::to_string(r->id) +
+                                                   " has no SSD hits to stream"));
+    }
+    if (r->ring() && req->received() > r->received) {
+      r->received = std::min(req->received(), layers);
+      if (r->started < layers) QueueStart(r);  // their buffers may take the next chunks
+    }
+    if (layer + r->slots < r->started) {
+      return Fail(respond, Status::InvalidArgument(
+                               "layer " + std::to_string(layer) +
+                               " asked for again after the client said it had it (its buffer "
+                               "holds a later layer now)"));
+    }
+    if (layer >= r->started || r->landed[layer] == 0) {
+      r->waiting[layer].push_back(std::move(respond));
+      return;  // answered as it lands (LayerLanded)
     }
   }
-  respond(Status::OK(), {}, LayerBytes(r, req->layer()));
+  respond(Status::OK(), {}, LayerBytes(r, layer));
 }
 
 void PeerService::OnRestoreEnd(const std::string& header, UcxNode::Responder respond) {
@@ -479,15 +606,21 @@ void PeerService::OnRestoreEnd(const std::string& header, UcxNode::Responder res
     restores_.erase(it);
   }
   rpc::PeerRestoreEndReply reply;
-  std::string found(r->ssd_keys.size(), '\0');
-  if (r->handle != nullptr) {
-    // Every layer was asked for and answered, so the reads are done or about to be: the wait is
-    // the checksum verification's.
-    auto result = r->handle->Wait();
-    if (result.ok()) {
-      for (size_t i = 0; i < found.size() && i < result->found.size(); ++i) {
-        found[i] = static_cast<char>(result->found[i]);
-      }
+  // A hit was read when every store restore of it found it (the ones of a ring: its ranges).
+  // Every layer was asked for and answered, so the reads are done or about to be: the wait is
+  // the checksum verification's. r is out of restores_: its handles stay until Finish, below.
+  std::vector<RestoreHandle*> handles;
+  bool all_started;
+  {
+    MutexLock lock(mu_);
+    for (const auto& h : r->handles) handles.push_back(h.get());
+    all_started = r->started == r->layout.num_layers;
+  }
+  std::string found(r->ssd_keys.size(), all_started && !handles.empty() ? '\1' : '\0');
+  for (RestoreHandle* h : handles) {
+    auto result = h->Wait();
+    for (size_t i = 0; i < found.size(); ++i) {
+      if (!result.ok() || i >= result->found.size() || result->found[i] == 0) found[i] = '\0';
     }
   }
   reply.set_ssd_found(found);
@@ -497,24 +630,28 @@ void PeerService::OnRestoreEnd(const std::string& header, UcxNode::Responder res
 
 void PeerService::Finish(const std::shared_ptr<Restore>& r) {
   std::unordered_map<uint32_t, std::vector<UcxNode::Responder>> waiting;
+  std::vector<std::unique_ptr<RestoreHandle>> handles;
   {
     MutexLock lock(mu_);
     if (r->ended) return;
-    r->ended = true;
+    r->ended = true;  // StartChunks starts no more
+    while (r->starting) cv_.Wait(mu_);
     waiting = std::move(r->waiting);
+    handles = std::move(r->handles);
   }
   for (auto& [layer, rs] : waiting) {
     for (auto& respond : rs) Fail(respond, Status::Aborted("restore ended"));
   }
-  if (r->handle != nullptr) {
-    r->handle->Cancel();
-    (void)r->handle->Wait();
-    r->handle.reset();
-  }
+  // Every read into the staging is over before the restore lets it go.
+  for (auto& h : handles) h->Cancel();
+  for (auto& h : handles) (void)h->Wait();
+  handles.clear();
   (void)store_->Unpin(owner_, r->pin);
 }
 
 void PeerService::SweepLoop() {
+  // First the staging's warming: nothing is due for a sweep before a restore's TTL.
+  staging_->Warm(std::min(options_.warm_staging_bytes, staging_->limit() / 8), stop_warming_);
   for (;;) {
     std::vector<std::shared_ptr<Restore>> expired;
     {

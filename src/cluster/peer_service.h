@@ -10,6 +10,12 @@
 //     engine (coalesced, layer by layer, FC-MAS scheduled) into a staging buffer, and answers each
 //     PeerLayer once that layer has landed, so the client receives layers in order as they land;
 //   - PeerRestoreEnd: which SSD hits were read and verified; unpins and frees the staging.
+// A client that says which layers it has (PeerRestore.layer_window, PeerLayer.received) gets a
+// long restore's SSD hits through a ring: a few layers' buffers, filled a chunk of layers at a
+// time (FlatStore::RestoreLayers, each chunk admitted by
+// FC-MAS on its own, so that a restore the network holds back does not hold the read window),
+// a chunk as soon as the client has the layers its buffers held. The home then holds a bounded
+// staging whatever the restore's size, and its buffers, reused, are warm (docs/cluster.md).
 // The staging of the restores in flight is bounded (`max_staging_bytes`; 0: a quarter of the
 // machine's memory): a restore whose SSD hits do not all fit in what is left gets the leading
 // ones that do, and the rest are misses (a client recomputes them), rather than the daemon
@@ -21,11 +27,13 @@
 // next member), written with the store's writer, published.
 //
 // Thread safety: handlers run on the UCX progress thread and never block; SSD completions on the
-// store's I/O threads; the sweeper on its own thread.
+// store's I/O threads; the store restores start on a thread of their own; the sweeper on its own.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <thread>
 #include <unordered_map>
@@ -50,20 +58,42 @@ enum PeerRequest : uint32_t {
   kPeerStats = 106,
 };
 
+struct PeerServiceOptions {
+  // The staging of the restores in flight, at most; 0: a quarter of the machine's memory.
+  uint64_t max_staging_bytes = 0;
+  // A restore its client abandoned is ended after this.
+  std::chrono::milliseconds restore_ttl = std::chrono::seconds(30);
+  // The ring (PeerService, above): about ring_bytes of layer buffers, and at least the chunks
+  // reading and the client's window, filled in chunks of about ring_chunk_bytes of layers (at
+  // least one layer): the read budget of one store restore.
+  uint64_t ring_bytes = uint64_t{128} << 20;
+  uint64_t ring_chunk_bytes = uint64_t{32} << 20;
+  // Start warms this much of the staging (at most an eighth of its bound), on the sweeper's
+  // thread, and keeps it for the restores: the ring of a restore whose layers are 64 MiB (2 GiB of
+  // a 32-layer model). A fresh buffer's pages are zeroed by the kernel as the reads first touch
+  // them, which on a VM is far slower than the disk (docs/cluster.md).
+  uint64_t warm_staging_bytes = uint64_t{320} << 20;
+};
+
 class PeerService {
  public:
+  // Chunks of a ring reading at once: one reading, one queued behind it (more would share the
+  // disk with it and hold its layers back).
+  static constexpr uint32_t kChunksReading = 2;
+  // A client's layer window beyond this is taken as this.
+  static constexpr uint32_t kMaxLayerWindow = 64;
+
   // `store`, `ucx`, `ledger` (null: no quotas) and `metrics` (null: none; the peer_* metrics,
   // docs/serve.md) outlive the service.
   PeerService(FlatStore* store, UcxNode* ucx, uint32_t node_id,
               serve::TenantLedger* ledger = nullptr, serve::DaemonMetrics* metrics = nullptr,
-              uint64_t max_staging_bytes = 0,
-              std::chrono::milliseconds restore_ttl = std::chrono::seconds(30));
+              const PeerServiceOptions& options = {});
   // Stop().
   ~PeerService();
   PeerService(const PeerService&) = delete;
   PeerService& operator=(const PeerService&) = delete;
 
-  // Registers the arena and the handlers, starts the sweeper.
+  // Registers the arena and the handlers, starts the sweeper and the staging's warming.
   Status Start();
   // Replaces the handlers by ones that answer Aborted and capture nothing, waits for the calls of
   // the old ones in progress (UcxNode::Quiesce), ends every restore in flight (unpinned, staging
@@ -93,6 +123,13 @@ class PeerService {
   void OnRestore(const std::string& header, UcxNode::Responder respond) EXCLUDES(mu_);
   void OnLayer(const std::string& header, UcxNode::Responder respond) EXCLUDES(mu_);
   void OnRestoreEnd(const std::string& header, UcxNode::Responder respond) EXCLUDES(mu_);
+  // Queues r for the starter thread (StartLoop), unless it is queued already.
+  void QueueStart(const std::shared_ptr<Restore>& r) REQUIRES(mu_);
+  void StartLoop() EXCLUDES(mu_);
+  // Starts the store restores of r's next chunks whose buffers are free (all of its layers at
+  // once without a ring). On the starter thread: starting a restore may wait for the I/O
+  // engine's queue, which neither the UCX progress thread nor the store's threads may.
+  void StartChunks(const std::shared_ptr<Restore>& r) EXCLUDES(mu_);
   // Called on the store's thread as layer `layer` of `r`'s SSD hits lands.
   void LayerLanded(const std::shared_ptr<Restore>& r, uint32_t layer) EXCLUDES(mu_);
   // Ends `r`: fails the layers still asked for, cancels and waits for its SSD reads, unpins.
@@ -106,7 +143,7 @@ class PeerService {
   const uint32_t node_id_;
   serve::TenantLedger* const ledger_;
   serve::DaemonMetrics* const metrics_;
-  const std::chrono::milliseconds restore_ttl_;
+  const PeerServiceOptions options_;
   const uint64_t owner_;  // the lease owner of every pin the service takes
   UcxNode::Registration arena_;
   uint64_t arena_base_ = 0, arena_bytes_ = 0;
@@ -120,6 +157,10 @@ class PeerService {
   // layer may still be on its way out when the service is gone.
   std::shared_ptr<StagingPool> staging_;
   std::thread sweeper_;
+  CondVar start_cv_;
+  std::deque<std::shared_ptr<Restore>> to_start_ GUARDED_BY(mu_);
+  std::thread starter_;
+  std::atomic<bool> stop_warming_{false};
   bool started_ = false;
 };
 
