@@ -317,18 +317,24 @@ Result<std::unique_ptr<ClusterStore>> ClusterStore::Connect(std::string address,
 }
 
 void ClusterStore::RefreshView() {
-  if (ucx_ == nullptr) return;  // the daemon was no cluster member at Connect: a one-node store
+  bool have_ucx;
   {
     MutexLock lock(mu_);
     if (Clock::now() - view_at_ < options_.view_refresh) return;
     view_at_ = Clock::now();  // one refresh at a time is enough
+    have_ucx = ucx_ != nullptr;
   }
   auto view = local_->ClusterView();
   if (!view.ok()) return;  // the daemon is away: keep the last view
+  // A daemon that joined a cluster since (restarted with --etcd): this client joins it too.
+  std::unique_ptr<UcxNode> made;
+  if (view->enabled && !have_ucx) {
+    auto ucx = UcxNode::Create();
+    if (!ucx.ok()) return;  // stays a one-node client; tried again at the next refresh
+    made = std::move(*ucx);
+  }
   MutexLock lock(mu_);
-  // (A daemon that gained a cluster after this client connected keeps being served locally: the
-  // UCX worker is made at Connect only.)
-  if (view->enabled && ucx_ == nullptr) return;
+  if (made != nullptr && ucx_ == nullptr) ucx_ = std::move(made);
   view_ = std::move(*view);
 }
 
@@ -444,10 +450,10 @@ void AddStats(StoreStats& to, const StoreStats& s) {
 
 StoreStats ClusterStore::GetStats() const {
   StoreStats total = local_->GetStats();
-  if (ucx_ == nullptr) return total;
   std::vector<uint32_t> others;
   {
     MutexLock lock(mu_);
+    if (ucx_ == nullptr) return total;
     for (const serve::ClusterViewMember& m : view_.members) {
       if (m.healthy && m.node_id != view_.node_id) others.push_back(m.node_id);
     }
@@ -478,7 +484,7 @@ LookupResult ClusterStore::Lookup(std::span<const Key> keys) {
   for (size_t i = 1; i < order.size() && i <= kOverflowProbes; ++i) {
     LookupResult r = LookupAt(order[i], keys);
     if (r.leading_hits > 0) {
-      RememberRoot(keys[0], order[i]);
+      Remember(&ClusterStore::roots_, keys[0], order[i]);
       return r;
     }
   }
@@ -498,10 +504,11 @@ uint32_t ClusterStore::NodeOfRoot(const Key& root, const std::vector<uint32_t>& 
   return order[0];
 }
 
-void ClusterStore::RememberRoot(const Key& root, uint32_t node) {
+void ClusterStore::Remember(NodeOfKey ClusterStore::*cache, const Key& key, uint32_t node) {
   MutexLock lock(mu_);
-  if (roots_.size() >= kMaxTails) roots_.clear();  // a cache: losing it costs lookups only
-  roots_[root] = node;
+  NodeOfKey& map = this->*cache;
+  if (map.size() >= kMaxRemembered) map.clear();  // a cache: losing it costs lookups only
+  map[key] = node;
 }
 
 void ClusterStore::ForgetRoot(const Key& root) {
@@ -573,12 +580,6 @@ std::optional<uint32_t> ClusterStore::NodeHolding(const Key& key) {
   return std::nullopt;
 }
 
-void ClusterStore::RememberTail(const Key& tail, uint32_t node) {
-  MutexLock lock(mu_);
-  if (tails_.size() >= kMaxTails) tails_.clear();  // a cache: losing it costs lookups only
-  tails_[tail] = node;
-}
-
 Result<PutResult> ClusterStore::Put(std::span<const Key> keys, const KvLayout& layout,
                                     const BlockBuffers& src, const WriteHints& hints) {
   if (keys.empty()) return local_->Put(keys, layout, src, hints);
@@ -610,10 +611,10 @@ Result<PutResult> ClusterStore::Put(std::span<const Key> keys, const KvLayout& l
     Result<PutResult> r = node == self ? local_->Put(keys, layout, src, hints)
                                        : RemotePut(node, keys, layout, src, hints);
     if (r.ok()) {
-      RememberTail(keys.back(), node);
+      Remember(&ClusterStore::tails_, keys.back(), node);
       if (!hints.prefix_tail) {
         if (node != order[0]) {
-          RememberRoot(keys[0], node);  // passed on
+          Remember(&ClusterStore::roots_, keys[0], node);  // passed on
         } else {
           ForgetRoot(keys[0]);  // (re)written at home
         }

@@ -26,8 +26,9 @@
 //    layers are reported in order; every block is verified against its stored checksum here. A
 //    home that dies or stops answering within `timeout` turns the blocks not yet verified into
 //    misses: never an error, never wrong bytes.
-// The member list is the daemon's, refreshed at most every `view_refresh`; a daemon that was no
-// cluster member at Connect is never asked again (the store is its RemoteStore, at no cost).
+// The member list is the daemon's, refreshed at most every `view_refresh` (also while the daemon
+// is in no cluster: a daemon restarted with --etcd makes its clients cluster clients, their UCX
+// worker made then; until then the store is its RemoteStore).
 //
 // GetStats sums the stores of the members this client can reach: its own node's and, with a
 // PeerStats round trip each, every other healthy member's (a member that does not answer within
@@ -101,7 +102,6 @@ class ClusterStore final : public Store {
   // The member that holds `key` (the last block a batch continues): this client's own record of
   // where it put it, else a lookup at this node, then at each other member. nullopt: none.
   std::optional<uint32_t> NodeHolding(const Key& key) EXCLUDES(mu_);
-  void RememberTail(const Key& tail, uint32_t node) EXCLUDES(mu_);
   // A PeerLookup at member `node`: no hit when it cannot be reached.
   LookupResult RemoteLookup(uint32_t node, std::span<const Key> keys) EXCLUDES(mu_);
   // The local store's Lookup when `node` is this one, else RemoteLookup.
@@ -109,7 +109,9 @@ class ClusterStore final : public Store {
   // The member the batch rooted at `root` is on: the one this client last found it on or put it
   // to, while that one is in `order` (the healthy members), else its home (order[0]).
   uint32_t NodeOfRoot(const Key& root, const std::vector<uint32_t>& order) EXCLUDES(mu_);
-  void RememberRoot(const Key& root, uint32_t node) EXCLUDES(mu_);
+  // Records in `cache` (tails_ or roots_) that `key` is on `node`.
+  using NodeOfKey = std::unordered_map<Key, uint32_t, KeyHash>;
+  void Remember(NodeOfKey ClusterStore::*cache, const Key& key, uint32_t node) EXCLUDES(mu_);
   void ForgetRoot(const Key& root) EXCLUDES(mu_);
   Result<PutResult> RemotePut(uint32_t node, std::span<const Key> keys, const KvLayout& layout,
                               const BlockBuffers& src, const WriteHints& hints);
@@ -117,18 +119,21 @@ class ClusterStore final : public Store {
   class RemoteRestore;
   std::unique_ptr<serve::RemoteStore> local_;
   const ClusterClientOptions options_;
-  std::unique_ptr<UcxNode> ucx_;  // once the view says the daemon is in a cluster
+  // Made once the view says the daemon is in a cluster, before that view is kept (under mu_), and
+  // kept: whoever saw such a view under mu_ may use it unlocked.
+  std::unique_ptr<UcxNode> ucx_;
 
   mutable Mutex mu_;
   serve::ClusterViewInfo view_ GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point view_at_ GUARDED_BY(mu_);
   mutable std::unordered_map<uint32_t, Peer> peers_ GUARDED_BY(mu_);  // a cache of PeerOf's
+  // Two caches of where keys are, each of at most kMaxRemembered (cleared when full).
+  static constexpr size_t kMaxRemembered = 1 << 16;
   // Where this client put the last block of its recent batches.
-  static constexpr size_t kMaxTails = 1 << 16;
-  std::unordered_map<Key, uint32_t, KeyHash> tails_ GUARDED_BY(mu_);
+  NodeOfKey tails_ GUARDED_BY(mu_);
   // Sessions found, or put, away from their home: root key -> member.
   static constexpr size_t kOverflowProbes = 2;
-  std::unordered_map<Key, uint32_t, KeyHash> roots_ GUARDED_BY(mu_);
+  NodeOfKey roots_ GUARDED_BY(mu_);
 };
 
 }  // namespace flatcake::cluster

@@ -61,8 +61,10 @@ class ClusterStoreTest : public ::testing::Test {
     for (Node* n : {&a_, &b_}) n->Stop();
   }
 
-  void StartNode(Node* n, const std::string& name, PeerServiceOptions peer) {
-    n->dir = std::make_unique<TempDir>("flatcake-cluster-store-" + name);
+  // Starts n's daemon (in n's directory, made the first time), joined to the cluster unless
+  // `join` is false (a one-node store, as without --etcd).
+  void StartNode(Node* n, const std::string& name, PeerServiceOptions peer, bool join = true) {
+    if (n->dir == nullptr) n->dir = std::make_unique<TempDir>("flatcake-cluster-store-" + name);
     ASSERT_TRUE(n->dir->ok());
     auto node = ClusterNode::Create();
     ASSERT_TRUE(node.ok()) << node.status().ToString();
@@ -77,10 +79,11 @@ class ClusterStoreTest : public ::testing::Test {
     d.store.read_window_bytes = 8 * kMiB;
     d.store.write_staging_bytes = 8 * kMiB;
     d.socket_path = n->dir->path() + "/sock";
-    d.cluster_view = n->cluster->ViewSource();
+    if (join) d.cluster_view = n->cluster->ViewSource();
     auto daemon = serve::Daemon::Start(d);
     ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
     n->daemon = std::move(*daemon);
+    if (!join) return;
     ClusterNodeOptions co;
     auto eps = ParseEtcdEndpoints(etcd_->client_url());
     ASSERT_TRUE(eps.ok());
@@ -233,6 +236,31 @@ TEST_F(ClusterStoreTest, AHomeGoingAwayUnderRestoresGivesMissesNeverWrongBytes) 
   stop = true;
   for (std::thread& t : readers) t.join();
   EXPECT_EQ(Restored(*c, ssd), 0u);  // B's blocks: misses, within the timeout
+}
+
+TEST_F(ClusterStoreTest, AClientOfADaemonThatJoinsLaterBecomesAClusterClient) {
+  Node c_node;
+  ASSERT_NO_FATAL_FAILURE(StartNode(&c_node, "c", {}, /*join=*/false));
+  ClusterClientOptions quick;
+  quick.view_refresh = std::chrono::milliseconds(100);
+  auto c = ClusterStore::Connect(c_node.daemon->socket_path(), "t", {}, quick);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE((*c)->clustered());
+  EXPECT_TRUE((*c)->Placement(Key{1, 1}).empty());
+  // Its daemon restarts on the same socket, now a member: the client follows it into the cluster.
+  c_node.Stop();
+  ASSERT_NO_FATAL_FAILURE(StartNode(&c_node, "c", {}));
+  for (int i = 0; i < 200 && (*c)->Placement(Key{1, 1}).size() < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE((*c)->clustered());
+  ASSERT_EQ((*c)->Placement(Key{1, 1}).size(), 3u) << "the client never saw the three members";
+  // And reads and writes another member's blocks: its UCX worker was made.
+  const auto ssd = SessionAtB(**c, "late-");
+  Write(**c, ssd, MediaType::kSsd);
+  EXPECT_EQ(Restored(**c, ssd), kBlocks);
+  c->reset();
+  c_node.Stop();
 }
 
 // Node B streams a long restore's SSD hits through a ring of 7 layers (chunks of 2 layers, 2
