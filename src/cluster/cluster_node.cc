@@ -79,6 +79,11 @@ serve::ClusterViewInfo ClusterNode::View() const {
   return v;
 }
 
+bool ClusterNode::peer_staging_warm() const {
+  MutexLock lock(mu_);
+  return peers_ != nullptr && peers_->staging_warm();
+}
+
 uint32_t ClusterNode::node_id() const {
   MutexLock lock(mu_);
   return membership_ ? membership_->node_id() : 0;

@@ -62,6 +62,8 @@ class ClusterNode {
   void Leave() EXCLUDES(mu_);
 
   uint32_t node_id() const EXCLUDES(mu_);
+  // The peer service's staging is warm (PeerService::staging_warm); false when not joined.
+  bool peer_staging_warm() const EXCLUDES(mu_);
   UcxNode& ucx() { return *ucx_; }
   serve::ClusterViewInfo View() const EXCLUDES(mu_);
 

@@ -652,6 +652,7 @@ void PeerService::Finish(const std::shared_ptr<Restore>& r) {
 void PeerService::SweepLoop() {
   // First the staging's warming: nothing is due for a sweep before a restore's TTL.
   staging_->Warm(std::min(options_.warm_staging_bytes, staging_->limit() / 8), stop_warming_);
+  staging_warm_.store(true);
   for (;;) {
     std::vector<std::shared_ptr<Restore>> expired;
     {

@@ -102,6 +102,8 @@ class PeerService {
   void Stop();
 
   size_t restores_in_flight() const EXCLUDES(mu_);
+  // The warming of the staging (PeerServiceOptions::warm_staging_bytes) is over.
+  bool staging_warm() const { return staging_warm_.load(); }
 
  private:
   struct Restore;
@@ -161,6 +163,7 @@ class PeerService {
   std::deque<std::shared_ptr<Restore>> to_start_ GUARDED_BY(mu_);
   std::thread starter_;
   std::atomic<bool> stop_warming_{false};
+  std::atomic<bool> staging_warm_{false};
   bool started_ = false;
 };
 
