@@ -307,35 +307,38 @@ Result<std::unique_ptr<ClusterStore>> ClusterStore::Connect(std::string address,
                       serve::RemoteStore::Connect(std::move(address), std::move(tenant), options));
   FC_ASSIGN_OR_RETURN(serve::ClusterViewInfo view, local->ClusterView());
   std::unique_ptr<ClusterStore> s(new ClusterStore(std::move(local), cluster));
-  if (view.enabled) {
-    FC_ASSIGN_OR_RETURN(s->ucx_, UcxNode::Create());
-  }
-  MutexLock lock(s->mu_);
-  s->view_ = std::move(view);
-  s->view_at_ = Clock::now();
+  FC_RETURN_IF_ERROR(s->AdoptView(std::move(view)));
   return s;
 }
 
-void ClusterStore::RefreshView() {
+Status ClusterStore::AdoptView(serve::ClusterViewInfo view) {
   bool have_ucx;
+  {
+    MutexLock lock(mu_);
+    have_ucx = ucx_ != nullptr;
+  }
+  // A daemon in a cluster (at Connect, or since: restarted with --etcd): this client joins it too.
+  std::unique_ptr<UcxNode> made;
+  if (view.enabled && !have_ucx) {
+    FC_ASSIGN_OR_RETURN(made, UcxNode::Create());
+  }
+  MutexLock lock(mu_);
+  if (made != nullptr && ucx_ == nullptr) ucx_ = std::move(made);
+  view_ = std::move(view);
+  view_at_ = Clock::now();
+  return Status::OK();
+}
+
+void ClusterStore::RefreshView() {
   {
     MutexLock lock(mu_);
     if (Clock::now() - view_at_ < options_.view_refresh) return;
     view_at_ = Clock::now();  // one refresh at a time is enough
-    have_ucx = ucx_ != nullptr;
   }
   auto view = local_->ClusterView();
   if (!view.ok()) return;  // the daemon is away: keep the last view
-  // A daemon that joined a cluster since (restarted with --etcd): this client joins it too.
-  std::unique_ptr<UcxNode> made;
-  if (view->enabled && !have_ucx) {
-    auto ucx = UcxNode::Create();
-    if (!ucx.ok()) return;  // stays a one-node client; tried again at the next refresh
-    made = std::move(*ucx);
-  }
-  MutexLock lock(mu_);
-  if (made != nullptr && ucx_ == nullptr) ucx_ = std::move(made);
-  view_ = std::move(*view);
+  // Without a UCX worker the client stays a one-node client, tried again at the next refresh.
+  (void)AdoptView(std::move(*view));
 }
 
 bool ClusterStore::clustered() const {

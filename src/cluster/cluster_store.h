@@ -97,6 +97,9 @@ class ClusterStore final : public Store {
   };
   ClusterStore(std::unique_ptr<serve::RemoteStore> local, ClusterClientOptions options);
   void RefreshView() EXCLUDES(mu_);
+  // Keeps `view` as the member list, first making the UCX worker when it names a cluster and
+  // there is none yet (the error, and the last view kept, when that fails).
+  Status AdoptView(serve::ClusterViewInfo view) EXCLUDES(mu_);
   // The member's address and arena (a PeerHello the first time).
   Result<Peer> PeerOf(uint32_t node) const EXCLUDES(mu_);
   // The member that holds `key` (the last block a batch continues): this client's own record of

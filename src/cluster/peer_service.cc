@@ -159,6 +159,14 @@ Result<TenantKeys> KeysOf(const Message& m) {
 
 void Fail(const UcxNode::Responder& respond, const Status& st) { respond(st, {}, {}); }
 
+// Fails every request a restore has waiting for its layers.
+void FailWaiting(const std::unordered_map<uint32_t, std::vector<UcxNode::Responder>>& waiting,
+                 const Status& st) {
+  for (const auto& [layer, rs] : waiting) {
+    for (const auto& respond : rs) Fail(respond, st);
+  }
+}
+
 }  // namespace
 
 UcxPayload PeerService::LayerBytes(const std::shared_ptr<Restore>& r, uint32_t layer) {
@@ -517,9 +525,7 @@ void PeerService::StartChunks(const std::shared_ptr<Restore>& r) {
     }
     cv_.NotifyAll();
     if (!handle.ok()) {
-      for (auto& [layer, rs] : waiting) {
-        for (auto& respond : rs) Fail(respond, handle.status());
-      }
+      FailWaiting(waiting, handle.status());
       return;
     }
   }
@@ -639,9 +645,7 @@ void PeerService::Finish(const std::shared_ptr<Restore>& r) {
     waiting = std::move(r->waiting);
     handles = std::move(r->handles);
   }
-  for (auto& [layer, rs] : waiting) {
-    for (auto& respond : rs) Fail(respond, Status::Aborted("restore ended"));
-  }
+  FailWaiting(waiting, Status::Aborted("restore ended"));
   // Every read into the staging is over before the restore lets it go.
   for (auto& h : handles) h->Cancel();
   for (auto& h : handles) (void)h->Wait();

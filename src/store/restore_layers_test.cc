@@ -26,6 +26,12 @@ std::unique_ptr<FlatStore> Open(const std::string& dir) {
   return s.ok() ? std::move(*s) : nullptr;
 }
 
+// Slice (l, p) of `block`, a whole block as stored ([layer][plane]).
+const uint8_t* SliceOf(const std::vector<uint8_t>& block, const KvLayout& layout, uint32_t l,
+                       uint32_t p) {
+  return block.data() + (uint64_t{l} * layout.num_planes + p) * layout.slice_bytes;
+}
+
 // Restores layers [first, end) of `keys` into block-contiguous buffers filled with kUntouched and
 // checks them: the range byte-exact, every other byte untouched, the range's layers reported once
 // each and in order, every block found, the SSD bytes counted for the range alone.
@@ -61,9 +67,7 @@ void ExpectRangeRestored(FlatStore& s, const std::vector<Key>& keys, const KvLay
       for (uint32_t p = 0; p < layout.num_planes; ++p) {
         const uint8_t* got = SliceAddress(dst.buffers(), layout, i, l, p);
         const uint8_t* want =
-            l >= first && l < end
-                ? block.data() + (uint64_t{l} * layout.num_planes + p) * layout.slice_bytes
-                : untouched.data();
+            l >= first && l < end ? SliceOf(block, layout, l, p) : untouched.data();
         ASSERT_EQ(0, std::memcmp(got, want, layout.slice_bytes))
             << "block " << i << " layer " << l << " plane " << p
             << (l >= first && l < end ? ": wrong bytes" : ": outside the range, written");
@@ -131,8 +135,7 @@ TEST(RestoreLayers, SlicesOfOtherLayersMayAliasTheRange) {
     for (uint32_t l = 2; l < 4; ++l) {
       for (uint32_t p = 0; p < layout.num_planes; ++p) {
         EXPECT_EQ(0, std::memcmp(ptrs[(j * layout.num_layers + l) * layout.num_planes + p],
-                                 block.data() + (l * layout.num_planes + p) * layout.slice_bytes,
-                                 layout.slice_bytes))
+                                 SliceOf(block, layout, l, p), layout.slice_bytes))
             << "block " << j << " layer " << l << " plane " << p;
       }
     }
