@@ -79,6 +79,11 @@ class ClusterBench {
  public:
   explicit ClusterBench(const ClusterBenchArgs& a)
       : a_(a), layout_{a.layers, a.planes, a.slice_bytes} {}
+  // Shutdown(): on every path out of Main, a node leaves its cluster before its daemon closes the
+  // store (its membership's keeper reads the store's use until it has left).
+  ~ClusterBench() { Shutdown(); }
+  ClusterBench(const ClusterBench&) = delete;
+  ClusterBench& operator=(const ClusterBench&) = delete;
   int Main();
 
  private:
@@ -518,7 +523,6 @@ int ClusterBench::Main() {
   }
   if (!st.ok()) return ReportStatus("bench cluster", st);
   Report(f);
-  Shutdown();
   return mismatches_ + misses_ > 0 ? 1 : 0;
 }
 
