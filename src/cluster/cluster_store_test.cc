@@ -288,7 +288,7 @@ class ClusterRingTest : public ClusterStoreTest {
 
 TEST_F(ClusterRingTest, ALongSsdRestoreStreamsThroughARingAtTheHome) {
   ASSERT_GT(kBlocks * kLongLayout.block_bytes(), b_peer_.max_staging_bytes);
-  // B warms its staging at join (an eighth of its bound), and says when it is done.
+  // B warms its staging at join (a ring's worth here), and says when it is done.
   for (int i = 0; i < 200 && !b_.cluster->peer_staging_warm(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

@@ -655,7 +655,10 @@ void PeerService::Finish(const std::shared_ptr<Restore>& r) {
 
 void PeerService::SweepLoop() {
   // First the staging's warming: nothing is due for a sweep before a restore's TTL.
-  staging_->Warm(std::min(options_.warm_staging_bytes, staging_->limit() / 8), stop_warming_);
+  const uint64_t limit = staging_->limit();
+  const uint64_t warm = std::min(options_.warm_staging_bytes,
+                                 std::max(limit / 8, std::min(options_.ring_bytes, limit / 2)));
+  staging_->Warm(warm, stop_warming_);
   staging_warm_.store(true);
   for (;;) {
     std::vector<std::shared_ptr<Restore>> expired;

@@ -68,10 +68,11 @@ struct PeerServiceOptions {
   // least one layer): the read budget of one store restore.
   uint64_t ring_bytes = uint64_t{128} << 20;
   uint64_t ring_chunk_bytes = uint64_t{32} << 20;
-  // Start warms this much of the staging (at most an eighth of its bound), on the sweeper's
-  // thread, and keeps it for the restores: the ring of a restore whose layers are 64 MiB (2 GiB of
-  // a 32-layer model). A fresh buffer's pages are zeroed by the kernel as the reads first touch
-  // them, which on a VM is far slower than the disk (docs/cluster.md).
+  // Start warms this much of the staging (at most an eighth of its bound, or one ring_bytes when
+  // that is more and within half the bound), on the sweeper's thread, and keeps it for the
+  // restores: the ring of a restore whose layers are 64 MiB (2 GiB of a 32-layer model). A fresh
+  // buffer's pages are zeroed by the kernel as the reads first touch them, which on a VM is far
+  // slower than the disk (docs/cluster.md).
   uint64_t warm_staging_bytes = uint64_t{320} << 20;
 };
 
