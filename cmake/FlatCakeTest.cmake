@@ -41,7 +41,20 @@ function(flatcake_test name library)
   endif()
 endfunction()
 set(FLATCAKE_LONG_TESTS torture_cmd_test simulator_test store_crash_stress_test
-  cluster_process_test)
+  cluster_process_test cluster_placement_test)
+
+# flatcake_test_runs_cli(name_test ...): tests (those that exist: a tree may leave some out) that
+# run the built `flatcake` as a child process. Built after it, told its path (FLATCAKE_BINARY),
+# and given nlohmann_json to read what it prints with --json.
+function(flatcake_test_runs_cli)
+  foreach(name ${ARGN})
+    if(TARGET ${name})
+      add_dependencies(${name} flatcake_cli)
+      target_compile_definitions(${name} PRIVATE FLATCAKE_BINARY="$<TARGET_FILE:flatcake_cli>")
+      target_link_libraries(${name} PRIVATE nlohmann_json::nlohmann_json)
+    endif()
+  endforeach()
+endfunction()
 
 # flatcake_component([EXCLUDE file.cc ...] [CONCURRENT name_test ...]): adds every *.cc in the
 # calling directory, except *_test.cc and the EXCLUDEd files, to the library of its component
