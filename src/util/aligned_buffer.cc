@@ -48,6 +48,13 @@ Result<AlignedBuffer> AlignedBuffer::Allocate(uint64_t bytes, const AlignedBuffe
   return AlignedBuffer(static_cast<uint8_t*>(p), bytes);
 }
 
+void AdviseHugePages(void* p, uint64_t bytes) {
+  const uint64_t at = reinterpret_cast<uintptr_t>(p);
+  const uint64_t begin = AlignUp(at, AlignedBuffer::kHugePageBytes);
+  const uint64_t end = (at + bytes) / AlignedBuffer::kHugePageBytes * AlignedBuffer::kHugePageBytes;
+  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
 AlignedBuffer::~AlignedBuffer() { std::free(data_); }
 
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {

@@ -27,6 +27,11 @@ struct AlignedBufferOptions {
   bool prefault = false;
 };
 
+// Advises huge pages (MADV_HUGEPAGE) for the 2 MiB-aligned part of [p, p + bytes), memory not
+// yet touched that the caller did not allocate as an AlignedBuffer (a std::string's storage, say),
+// so that its first touch faults 2 MiB at a time. Best effort; nothing for under 2 MiB.
+void AdviseHugePages(void* p, uint64_t bytes);
+
 class AlignedBuffer {
  public:
   static constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;

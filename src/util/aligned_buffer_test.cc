@@ -1,8 +1,12 @@
 #include "util/aligned_buffer.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <utility>
 
 namespace flatcake {
@@ -72,6 +76,48 @@ TEST(AlignedBufferTest, HugePagesOnlyForLargeArrays) {
   AlignedBufferOptions large = AlignedBuffer::HugePagesWhenLarge(AlignedBuffer::kHugePageBytes, 64);
   EXPECT_EQ(large.alignment, AlignedBuffer::kHugePageBytes);
   EXPECT_EQ(large.backing, PageBacking::kTransparentHuge);
+}
+
+// The VmFlags of the mapping that starts at `start` in /proc/self/smaps ("" when none does).
+std::string VmFlagsOfMappingAt(uintptr_t start) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t from = 0, to = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> from >> dash >> to && dash == '-') {
+      in = from == start;
+    } else if (in && line.rfind("VmFlags:", 0) == 0) {
+      return line + " ";
+    }
+  }
+  return "";
+}
+
+TEST(AlignedBufferTest, AdviseHugePagesMarksOnlyTheAlignedPart) {
+  const uint64_t huge = AlignedBuffer::kHugePageBytes;
+  const size_t len = 4 * huge;
+  void* map = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(map);
+  const uintptr_t aligned = (base + huge - 1) / huge * huge;  // a 2 MiB boundary inside
+  auto* p = reinterpret_cast<uint8_t*>(aligned);
+  if (::madvise(p, huge, MADV_NOHUGEPAGE) != 0) {
+    ::munmap(map, len);
+    GTEST_SKIP() << "this kernel has no transparent huge pages";
+  }
+  // Under 2 MiB: no advice, and the mapping keeps the flags set above.
+  AdviseHugePages(p + 4096, huge - 8192);
+  ASSERT_NE(VmFlagsOfMappingAt(aligned).find(" nh "), std::string::npos);
+  // From a page before the boundary to a page past the next one: [aligned, aligned + 2 MiB) only.
+  AdviseHugePages(p - 4096, huge + 8192);
+  EXPECT_NE(VmFlagsOfMappingAt(aligned).find(" hg "), std::string::npos);
+  const std::string after = VmFlagsOfMappingAt(aligned + huge);
+  ASSERT_FALSE(after.empty());
+  EXPECT_EQ(after.find(" hg "), std::string::npos);
+  ::munmap(map, len);
 }
 
 }  // namespace
