@@ -22,6 +22,10 @@
 //    client's UCX worker to B's (B's worker answers the requests, kRawLayer, from memory), where
 //    the ones above run between two workers of the bench's own, as ucx_perftest would between
 //    two processes. remote_*_vs_ucx_same_ep = FlatCake / those.
+//  - The first request/reply baseline again while B reads the session from its SSD for a restore
+//    of its own, started with it (ucx_ssd_beside_disk_gbps): what those UCX calls move while the
+//    disk reads what a remote SSD restore reads. On a VM both can share more than the vCPUs
+//    (docs/cluster.md). remote_ssd_vs_ucx_beside_disk = FlatCake / that, for reference only.
 //  - Lookup: PeerLookups of 64 keys of the remote session, back to back: P50 and P99 in µs.
 //  - Prefill/decode: a client of A writes a --pd-bytes session whose home is A; a client of B
 //    restores it: time to its first layer and in total.
@@ -105,6 +109,9 @@ class ClusterBench {
                MediaType medium);
   // Restores `keys` through `s` into dst_, timed; every block verified. Time to layer 0 too.
   Result<double> TimedRestore(Store& s, const std::vector<Key>& keys, double* first_layer_s);
+  // Restores `keys` through `s` into dst_, unchecked: the reads of B's own restore, beside which
+  // ucx_ssd_beside_disk_gbps is measured. Counts its misses.
+  Status UntimedRestore(Store& s, const std::vector<Key>& keys);
   // `count` UCX gets of `size` bytes from B's arena into dst_ by `worker`, timed.
   Result<double> TimedRawGets(cluster::UcxNode& worker, uint64_t count, uint64_t size);
   // `count` requests answered by raw_server_ with `size` bytes each, ClusterStore::kLayerWindow
@@ -122,6 +129,7 @@ class ClusterBench {
     double remote_dram_gbps = 0, ucx_dram_gbps = 0, remote_ssd_gbps = 0, ucx_ssd_gbps = 0;
     double ucx_ssd_get_gbps = 0, local_ssd_gbps = 0;
     double ucx_dram_same_ep_gbps = 0, ucx_ssd_same_ep_gbps = 0;
+    double ucx_ssd_beside_disk_gbps = 0;
     size_t lookup_keys = 0;
     double lookup_p50_us = 0, lookup_p99_us = 0;
     double pd_bytes = 0, pd_write_s = 0, pd_first_s = 0, pd_total_s = 0;
@@ -248,6 +256,17 @@ Result<double> ClusterBench::TimedRestore(Store& s, const std::vector<Key>& keys
   return secs;
 }
 
+Status ClusterBench::UntimedRestore(Store& s, const std::vector<Key>& keys) {
+  const uint64_t bb = layout_.block_bytes();
+  std::vector<void*> ptrs(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) ptrs[i] = dst_.data() + i * bb;
+  FC_ASSIGN_OR_RETURN(auto h,
+                      s.Restore(keys, layout_, BlockBuffers{BufferKind::kBlockContiguous, ptrs}));
+  FC_ASSIGN_OR_RETURN(GetResult r, h->Wait());
+  for (uint8_t found : r.found) misses_ += found ? 0 : 1;
+  return Status::OK();
+}
+
 Result<double> ClusterBench::TimedRawGets(cluster::UcxNode& worker, uint64_t count, uint64_t size) {
   std::vector<cluster::UcxNode::GetPiece> pieces;
   pieces.reserve(count);
@@ -355,7 +374,7 @@ Status ClusterBench::MeasureRestores(const std::vector<Key>& dram_keys,
   const uint64_t blocks = dram_keys.size();
   const double gb = static_cast<double>(f->session_bytes) / 1e9;
   std::vector<double> fc_dram, raw_dram, fc_ssd, raw_ssd, raw_ssd_get, local_ssd;
-  std::vector<double> same_dram, same_ssd;
+  std::vector<double> same_dram, same_ssd, beside_disk;
   cluster::UcxNode& client = client_a_->ucx_worker();
   for (uint32_t rep = 0; rep < a_.reps; ++rep) {
     const bool raw_first = rep % 2 == 1;
@@ -380,6 +399,16 @@ Status ClusterBench::MeasureRestores(const std::vector<Key>& dram_keys,
         FC_ASSIGN_OR_RETURN(const double ss, TimedRawCalls(client, b_address_, kRawLayer,
                                                            layout_.num_layers, layer_bytes));
         same_ssd.push_back(gb / ss);
+        // The first request/reply baseline again while B reads the session from its SSD for a
+        // restore of its own (one read of it, as a remote restore makes): what these UCX calls
+        // move while that disk reads, on the same machine.
+        Status disk;
+        std::thread reader([&] { disk = UntimedRestore(*client_b_, ssd_keys); });
+        Result<double> bd = TimedRawCalls(layout_.num_layers, layer_bytes);
+        reader.join();
+        FC_RETURN_IF_ERROR(disk);
+        FC_RETURN_IF_ERROR(bd.status());
+        beside_disk.push_back(gb / *bd);
       }
     }
     // B's own path, for what the SSD allows.
@@ -393,6 +422,7 @@ Status ClusterBench::MeasureRestores(const std::vector<Key>& dram_keys,
   f->ucx_ssd_get_gbps = Median(raw_ssd_get);
   f->ucx_dram_same_ep_gbps = Median(same_dram);
   f->ucx_ssd_same_ep_gbps = Median(same_ssd);
+  f->ucx_ssd_beside_disk_gbps = Median(beside_disk);
   f->local_ssd_gbps = Median(local_ssd);
   return Status::OK();
 }
@@ -431,6 +461,7 @@ void ClusterBench::Report(const Figures& f) const {
   const double ssd_vs_ucx = ratio(f.remote_ssd_gbps, f.ucx_ssd_gbps);
   const double dram_vs_same = ratio(f.remote_dram_gbps, f.ucx_dram_same_ep_gbps);
   const double ssd_vs_same = ratio(f.remote_ssd_gbps, f.ucx_ssd_same_ep_gbps);
+  const double ssd_vs_beside_disk = ratio(f.remote_ssd_gbps, f.ucx_ssd_beside_disk_gbps);
   const double pd_gbps = ratio(f.pd_bytes / 1e9, f.pd_total_s);
   std::printf("bench cluster: two nodes, UCX %s, %s blocks (%s), session %s\n",
               tls != nullptr ? tls : "auto", FormatBytes(layout_.block_bytes()).c_str(),
@@ -445,6 +476,10 @@ void ClusterBench::Report(const Figures& f) const {
       "  the same UCX calls over the restores' own connection: gets %.2f GB/s (DRAM %.3f x), "
       "requests %.2f GB/s (SSD %.3f x)\n",
       f.ucx_dram_same_ep_gbps, dram_vs_same, f.ucx_ssd_same_ep_gbps, ssd_vs_same);
+  std::printf(
+      "  UCX's requests while B's SSD reads the session for B's own restore: %.2f GB/s (remote "
+      "SSD restore %.3f x of that)\n",
+      f.ucx_ssd_beside_disk_gbps, ssd_vs_beside_disk);
   std::printf("  lookup of %zu keys at the remote home: P50 %.1f us, P99 %.1f us\n", f.lookup_keys,
               f.lookup_p50_us, f.lookup_p99_us);
   std::printf(
@@ -473,6 +508,8 @@ void ClusterBench::Report(const Figures& f) const {
                     {"remote_dram_vs_ucx_same_ep", dram_vs_same},
                     {"ucx_ssd_same_ep_gbps", f.ucx_ssd_same_ep_gbps},
                     {"remote_ssd_vs_ucx_same_ep", ssd_vs_same},
+                    {"ucx_ssd_beside_disk_gbps", f.ucx_ssd_beside_disk_gbps},
+                    {"remote_ssd_vs_ucx_beside_disk", ssd_vs_beside_disk},
                     {"lookup_keys", f.lookup_keys},
                     {"lookup_p50_us", f.lookup_p50_us},
                     {"lookup_p99_us", f.lookup_p99_us},

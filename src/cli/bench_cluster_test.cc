@@ -33,7 +33,8 @@ TEST(BenchClusterTest, JsonLineCarriesTheRatiosAndEveryByteIsVerified) {
        {"remote_dram_vs_ucx", "remote_ssd_vs_ucx", "lookup_p99_us", "lookup_p50_us",
         "remote_dram_gbps", "ucx_dram_gbps", "remote_ssd_gbps", "ucx_ssd_gbps", "ucx_ssd_get_gbps",
         "local_ssd_gbps", "pd_first_layer_ms", "pd_total_ms", "ucx_dram_same_ep_gbps",
-        "remote_dram_vs_ucx_same_ep", "ucx_ssd_same_ep_gbps", "remote_ssd_vs_ucx_same_ep"}) {
+        "remote_dram_vs_ucx_same_ep", "ucx_ssd_same_ep_gbps", "remote_ssd_vs_ucx_same_ep",
+        "ucx_ssd_beside_disk_gbps", "remote_ssd_vs_ucx_beside_disk"}) {
     ASSERT_TRUE(j.contains(f)) << f;
     EXPECT_GT(j[f].get<double>(), 0) << f;
   }
