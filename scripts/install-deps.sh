@@ -9,7 +9,7 @@ packages=(
   libtomlplusplus-dev prometheus-cpp-dev etcd-server etcd-client
   libucx-dev ucx-utils
   pybind11-dev python3-dev python3-torch python3-numpy python3-pytest
-  clang clang-format clang-tidy libfuzzer-14-dev gnuplot-nox
+  clang clang-format clang-tidy lld libfuzzer-14-dev gnuplot-nox
 )
 missing=()
 for p in "${packages[@]}"; do
