@@ -107,6 +107,10 @@ class ClusterBench {
   }
   Status Write(Store& s, const std::vector<Key>& keys, const std::string& session,
                MediaType medium);
+  // Restores `keys` through `s` into dst_ (block i at i * block_bytes) with `ro` and waits for
+  // it; *started (when given) is set just before the restore is asked for.
+  Result<GetResult> RestoreIntoDst(Store& s, const std::vector<Key>& keys, const RestoreOptions& ro,
+                                   Clock::time_point* started);
   // Restores `keys` through `s` into dst_, timed; every block verified. Time to layer 0 too.
   Result<double> TimedRestore(Store& s, const std::vector<Key>& keys, double* first_layer_s);
   // Restores `keys` through `s` into dst_, unchecked: the reads of B's own restore, beside which
@@ -226,22 +230,30 @@ Status ClusterBench::Write(Store& s, const std::vector<Key>& keys, const std::st
   return Status::OK();
 }
 
-Result<double> ClusterBench::TimedRestore(Store& s, const std::vector<Key>& keys,
-                                          double* first_layer_s) {
+Result<GetResult> ClusterBench::RestoreIntoDst(Store& s, const std::vector<Key>& keys,
+                                               const RestoreOptions& ro,
+                                               Clock::time_point* started) {
   const uint64_t bb = layout_.block_bytes();
   std::vector<void*> ptrs(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) ptrs[i] = dst_.data() + i * bb;
+  if (started != nullptr) *started = Clock::now();
+  FC_ASSIGN_OR_RETURN(
+      auto h, s.Restore(keys, layout_, BlockBuffers{BufferKind::kBlockContiguous, ptrs}, ro));
+  return h->Wait();
+}
+
+Result<double> ClusterBench::TimedRestore(Store& s, const std::vector<Key>& keys,
+                                          double* first_layer_s) {
+  const uint64_t bb = layout_.block_bytes();
   std::memset(dst_.data(), 0, keys.size() * bb);
   std::atomic<int64_t> first_ns{0};
   RestoreOptions ro;
-  const auto t0 = Clock::now();
+  Clock::time_point t0;
   ro.on_layer = [&](uint32_t l) {
     if (l == 0)
       first_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
   };
-  FC_ASSIGN_OR_RETURN(
-      auto h, s.Restore(keys, layout_, BlockBuffers{BufferKind::kBlockContiguous, ptrs}, ro));
-  FC_ASSIGN_OR_RETURN(GetResult r, h->Wait());
+  FC_ASSIGN_OR_RETURN(GetResult r, RestoreIntoDst(s, keys, ro, &t0));
   const double secs = Seconds(Clock::now() - t0);
   if (first_layer_s != nullptr) *first_layer_s = first_ns.load() * 1e-9;
   std::vector<uint8_t> expect(bb);
@@ -257,12 +269,7 @@ Result<double> ClusterBench::TimedRestore(Store& s, const std::vector<Key>& keys
 }
 
 Status ClusterBench::UntimedRestore(Store& s, const std::vector<Key>& keys) {
-  const uint64_t bb = layout_.block_bytes();
-  std::vector<void*> ptrs(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) ptrs[i] = dst_.data() + i * bb;
-  FC_ASSIGN_OR_RETURN(auto h,
-                      s.Restore(keys, layout_, BlockBuffers{BufferKind::kBlockContiguous, ptrs}));
-  FC_ASSIGN_OR_RETURN(GetResult r, h->Wait());
+  FC_ASSIGN_OR_RETURN(GetResult r, RestoreIntoDst(s, keys, RestoreOptions{}, nullptr));
   for (uint8_t found : r.found) misses_ += found ? 0 : 1;
   return Status::OK();
 }
