@@ -52,7 +52,7 @@ struct GpuBenchArgs {
   bool json = false;
 };
 
-struct Figures {
+struct GpuFigures {
   std::string mode, device;
   bool fake = false;
   uint64_t bytes = 0;
@@ -72,7 +72,7 @@ class GpuBench {
   GpuBench(const GpuBenchArgs& a, gpu::OpenedDevice opened)
       : a_(a), opened_(std::move(opened)), dev_(*opened_.device) {}
   ~GpuBench();
-  Status Run(Figures* f);
+  Status Run(GpuFigures* f);
 
  private:
   Status Setup();
@@ -282,7 +282,7 @@ Status GpuBench::MeasureScatter(double* scatter_s, double* d2d_s, uint64_t* byte
   return st;
 }
 
-Status GpuBench::Run(Figures* f) {
+Status GpuBench::Run(GpuFigures* f) {
   FC_RETURN_IF_ERROR(Setup());
   f->mode = std::string(gpu::GpuModeName(opened_.probe.mode));
   f->device = dev_.Describe();
@@ -325,7 +325,7 @@ Status GpuBench::Run(Figures* f) {
 
 double Ratio(double a, double b) { return b > 0 ? a / b : 0; }
 
-void Report(const Figures& f, bool json) {
+void Report(const GpuFigures& f, bool json) {
   if (json) {
     std::printf(
         "{\"bench\": \"gpu\", \"device\": \"%s\", \"fake_device\": %s, \"mode\": \"%s\", "
@@ -373,7 +373,7 @@ int RunGpuBench(const GpuBenchArgs& a) {
     return 1;
   }
   GpuBench bench(a, std::move(*opened));
-  Figures f;
+  GpuFigures f;
   if (Status st = bench.Run(&f); !st.ok()) return ReportStatus("bench gpu", st);
   Report(f, a.json);
   return f.mismatches == 0 ? 0 : 1;

@@ -116,9 +116,6 @@ std::vector<void*> KindPointers(BufferKind kind, const KvLayout& l, uint64_t n, 
 }
 
 using Clock = std::chrono::steady_clock;
-double Seconds(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 struct Row {
   int path = 0;
@@ -216,7 +213,7 @@ Result<double> PathsBench::RawPass(bool write, uint8_t* buf, uint64_t bytes, uin
   }
   const Clock::time_point t0 = Clock::now();
   FC_RETURN_IF_ERROR(ExecuteSyncBounded(*raw_engine_, ops, budget));
-  return Seconds(t0);
+  return SecondsSince(t0);
 }
 
 Result<double> PathsBench::StorePass(Store& store, const KvLayout& l, BufferKind kind, uint64_t n,
@@ -234,14 +231,14 @@ Result<double> PathsBench::StorePass(Store& store, const KvLayout& l, BufferKind
       h.force_medium = medium;
       const Clock::time_point t0 = Clock::now();
       FC_ASSIGN_OR_RETURN(PutResult r, store.Put(keys, l, bufs, h));
-      s += Seconds(t0);
+      s += SecondsSince(t0);
       if (r.written != m || r.medium != medium) {
         return Status::Aborted("bench paths: a batch was not written whole to its medium");
       }
     } else {
       const Clock::time_point t0 = Clock::now();
       FC_ASSIGN_OR_RETURN(GetResult r, store.Get(keys, l, bufs));
-      s += Seconds(t0);
+      s += SecondsSince(t0);
       misses_ += m - r.hits;
     }
   }
@@ -292,7 +289,7 @@ Status PathsBench::RunRep(uint32_t rep, Store& store, const KvLayout& l, BufferK
       } else {
         std::memcpy(dst_.data(), arena_like_.data(), volume);
       }
-      return Seconds(t0);
+      return SecondsSince(t0);
     };
     if (medium == MediaType::kSsd) FC_RETURN_IF_ERROR(OpenRawFile(volume));
     FC_RETURN_IF_ERROR(measure(

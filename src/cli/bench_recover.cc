@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "cli/store_flags.h"
 #include "flatcake/store.h"
@@ -32,10 +33,6 @@ struct RecoverArgs {
   bool json = false;
 };
 
-double Seconds(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // Writes `puts` batches of a.blocks_per_put blocks, a.turns_per_session batches per session, into
 // a store opened with `o`, and closes it; returns the seconds the puts took.
 Result<double> WritePool(const RecoverArgs& a, const StoreOptions& o, const KvLayout& layout,
@@ -51,7 +48,7 @@ Result<double> WritePool(const RecoverArgs& a, const StoreOptions& o, const KvLa
     h.session = "session-" + std::to_string(i / a.turns_per_session);
     FC_RETURN_IF_ERROR(store->Put(keys, layout, buf.buffers(), h).status());
   }
-  return Seconds(t0);
+  return SecondsSince(t0);
 }
 
 struct ReadBackResult {
@@ -80,7 +77,7 @@ Result<ReadBackResult> ReadBack(const RecoverArgs& a, Store& store, const KvLayo
       if (std::memcmp(want.data(), buf.block(k), block) != 0) out.mismatches++;
     }
   }
-  out.seconds = Seconds(t0);
+  out.seconds = SecondsSince(t0);
   return out;
 }
 
@@ -119,7 +116,7 @@ int RunRecover(const RecoverArgs& a) {
   o.wipe = false;  // ... and the reopen recovers it
   const auto t0 = std::chrono::steady_clock::now();
   auto opened = Store::Open(o);
-  const double open_s = Seconds(t0);
+  const double open_s = SecondsSince(t0);
   if (!opened.ok()) return ReportStatus("bench recover", opened.status());
   Store& store = **opened;
   const StoreInfo info = store.GetInfo();

@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "cli/store_flags.h"
 #include "flatcake/store.h"
@@ -24,10 +25,6 @@ struct RoundTripArgs {
   std::string dir;
   bool json = false;
 };
-
-double Seconds(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Both media sized so the whole volume (`per_medium` bytes on each) stays below the high
 // watermark: this bench checks data, not reclamation (the reclamation tests do that).
@@ -92,14 +89,14 @@ int RunRoundTrip(const RoundTripArgs& a) {
         h.session = "session-" + std::to_string(i / 8) + (mi ? "-ssd" : "-dram");
         auto t0 = std::chrono::steady_clock::now();
         auto r = store.Put(keys, layout, buf.buffers(), h);
-        put_s[mi] += Seconds(t0);
+        put_s[mi] += SecondsSince(t0);
         if (!r.ok()) return ReportStatus("bench roundtrip", r.status());
         moved[mi] += uint64_t{r->written} * block;
       } else {
         std::memset(buf.bytes.data(), 0, buf.bytes.size());
         auto t0 = std::chrono::steady_clock::now();
         auto r = store.Get(keys, layout, buf.buffers());
-        get_s[mi] += Seconds(t0);
+        get_s[mi] += SecondsSince(t0);
         if (!r.ok()) return ReportStatus("bench roundtrip", r.status());
         VerifyBatch(keys, r->found, buf, &verified, &mismatches, &misses);
       }

@@ -21,6 +21,10 @@ double Percentile(std::vector<double>& v, double q) {
   return v[i];
 }
 
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 Result<AlignedBuffer> AllocateHostMemory(uint64_t bytes, bool huge) {
   return AlignedBuffer::Allocate(
       bytes, {.alignment = AlignedBuffer::kHugePageBytes,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,6 +21,8 @@ double Median(std::vector<double> v);
 // The value at quantile `q` (0..1) of `v`: its element at index floor(q * size), clamped; 0 when
 // empty. Reorders `v` (nth_element).
 double Percentile(std::vector<double>& v, double q);
+// Seconds from `t0` to now, on the steady clock.
+double SecondsSince(std::chrono::steady_clock::time_point t0);
 
 // Host memory for restore destinations and raw I/O buffers: 2 MiB-aligned and advised for
 // transparent huge pages when `huge` (a serving engine's host KV pool is huge-page backed), else

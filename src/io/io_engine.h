@@ -86,13 +86,13 @@ class IoEngine {
   // lies inside one. Regions accumulate across calls. Engines without such a facility return
   // Unsupported (the default); callers treat any failure as "not registered" and carry on.
   // REQUIRES: no op in flight; not called from a completion callback.
-  virtual Status RegisterBuffers(std::span<const IoBufferRegion> regions) {
+  virtual Status RegisterBuffers(std::span<const IoBufferRegion> /*regions*/) {
     return Status::Unsupported("this I/O engine has no registered buffers");
   }
   // Forgets regions previously registered with these bases; must be called before the memory is
   // freed, since a pinned region would otherwise alias whatever is mapped there next.
   // REQUIRES: no op in flight in those regions; not called from a completion callback.
-  virtual void UnregisterBuffers(std::span<const IoBufferRegion> regions) {}
+  virtual void UnregisterBuffers(std::span<const IoBufferRegion> /*regions*/) {}
 };
 
 // Error statuses every engine produces, so messages read the same whatever the engine:

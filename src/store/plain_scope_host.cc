@@ -42,6 +42,10 @@ Result<uint32_t> PlainScopeHost::NewScope(MediaType medium, const KvLayout& layo
             .medium = medium,
             .layout = layout,
             .session = session,
+            .segments = {},
+            .used = 0,
+            .blocks = 0,
+            .readers = 0,
             .last_use = now_ns};
   return id;
 }
