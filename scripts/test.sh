@@ -46,9 +46,13 @@ stage "stress and concurrent tests under ThreadSanitizer"
 # the preadv pool's.
 # At -O1 with line tables only (-g1: enough for TSan's reports), which compiles in about half the
 # time of RelWithDebInfo's -O2 -g.
+# Both sanitizer trees build with precompiled headers and unity builds (FLATCAKE_PCH,
+# CMAKE_UNITY_BUILD: each library's sources compiled eight to a file), which halve their build
+# times; the Release tree above builds each file alone, so that a missing #include still fails.
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DFLATCAKE_SANITIZE=thread \
-  -DFLATCAKE_WITH_URING=OFF -DFLATCAKE_BUILD_PYTHON=OFF -DFLATCAKE_CUDA=OFF
+  -DFLATCAKE_WITH_URING=OFF -DFLATCAKE_BUILD_PYTHON=OFF -DFLATCAKE_CUDA=OFF \
+  -DFLATCAKE_PCH=ON -DCMAKE_UNITY_BUILD=ON
 tsan_targets=$(cd build && ctest -N -L 'stress|concurrent' | sed -n 's/^ *Test *#[0-9]*: //p')
 cmake --build build-tsan -j"$(nproc)" --target $tsan_targets
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1:allocator_may_return_null=1" \
@@ -68,7 +72,7 @@ CC=clang CXX=clang++ cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Relea
   -DCMAKE_CXX_FLAGS_RELEASE="-O0 -DNDEBUG" -DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld \
   -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=lld -DCMAKE_MODULE_LINKER_FLAGS=-fuse-ld=lld \
   -DFLATCAKE_THREAD_SAFETY=ON -DFLATCAKE_SANITIZE=address,undefined -DFLATCAKE_FUZZ=ON \
-  -DFLATCAKE_BUILD_PYTHON=OFF -DFLATCAKE_CUDA=OFF
+  -DFLATCAKE_BUILD_PYTHON=OFF -DFLATCAKE_CUDA=OFF -DFLATCAKE_PCH=ON -DCMAKE_UNITY_BUILD=ON
 # The test binaries, and the fuzzers (a fuzz test is named after its fuzzer; _regressions too).
 clang_targets=$(cd build-clang && ctest -N | sed -n 's/^ *Test *#[0-9]*: //p' |
   sed 's/_regressions$//' | sort -u)
