@@ -253,9 +253,15 @@ TEST_F(ServeProcessTest, AConfigFileServesAndTheMetricsShowTheLoad) {
                         << "[tenants.t]\ndram_bytes = \"4MiB\"\n";
   auto daemon = StartDaemon({FLATCAKE_BINARY, "serve", "--config", config, "--log-level", "info"});
   ASSERT_NE(daemon, nullptr);
-  // "metrics at http://127.0.0.1:PORT/metrics": the port the kernel chose.
-  const std::string log = ReadFile(Log());
-  const size_t at = log.find("metrics at http://127.0.0.1:");
+  // "metrics at http://127.0.0.1:PORT/metrics": the port the kernel chose. `serve` logs it once
+  // the daemon has started, so it may come after the socket already answers.
+  std::string log;
+  size_t at = std::string::npos;
+  EXPECT_TRUE(Eventually([&] {
+    log = ReadFile(Log());
+    at = log.find("metrics at http://127.0.0.1:");
+    return at != std::string::npos;
+  }));
   ASSERT_NE(at, std::string::npos) << log;
   HostPort endpoint{"127.0.0.1", static_cast<uint16_t>(std::atoi(log.c_str() + at + 28))};
   ASSERT_NE(endpoint.port, 0) << log;
