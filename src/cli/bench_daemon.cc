@@ -219,7 +219,7 @@ Result<double> DaemonBench::TimedRestore(Store& store, const std::vector<Key>& k
   const BlockBuffers dst{BufferKind::kBlockContiguous, dst_ptrs_};
   const auto t0 = Clock::now();
   FC_ASSIGN_OR_RETURN(GetResult r, store.Get(keys, layout_, dst));
-  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double s = SecondsSince(t0);
   const uint64_t block = layout_.block_bytes();
   std::vector<uint8_t> want(block);
   for (uint64_t i = 0; i < blocks_; ++i) {

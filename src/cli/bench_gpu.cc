@@ -34,9 +34,6 @@ namespace flatcake::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double SecondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 struct GpuBenchArgs {
   uint64_t bytes = 2 * kGiB;  // per restore

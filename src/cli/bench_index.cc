@@ -199,7 +199,7 @@ double RunThreads(int threads, Body body) {
   auto start = Clock::now();
   go.store(true, std::memory_order_release);
   for (auto& th : pool) th.join();
-  return std::chrono::duration<double>(Clock::now() - start).count();
+  return SecondsSince(start);
 }
 
 // Builds `Adapter` from the first `n_loaded` keys with `threads` threads; returns inserts/s.

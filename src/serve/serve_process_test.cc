@@ -55,6 +55,11 @@ class ServeProcessTest : public ::testing::Test {
 
   std::string Socket() const { return dir_.File("sock"); }
   std::string Log() const { return dir_.File("daemon.log"); }
+  // Whether the daemon's log shows `text` within 5 s: a line it writes after its socket listens,
+  // or after the event a test waited for, may not be there yet.
+  bool LogShows(const std::string& text) const {
+    return Eventually([&] { return ReadFile(Log()).find(text) != std::string::npos; });
+  }
   // `flatcake serve` over the test directory: an 8 MiB arena, a 32 MiB durable pool.
   std::vector<std::string> ServeArgs(const std::string& socket, bool ssd = true) const {
     std::vector<std::string> a = {FLATCAKE_BINARY, "serve", "--socket",    socket,
@@ -136,8 +141,7 @@ TEST_F(ServeProcessTest, AWriterKilledMidWritePublishesNothingAndItsSpaceIsReuse
   EXPECT_EQ(put->written, 4u);
   EXPECT_EQ(testing::ServedBlocks(*me_, keys, kServeLayout), testing::AllOf(4, 1));
   // The session logs its close after it has given the space back.
-  EXPECT_TRUE(Eventually(
-      [&] { return ReadFile(Log()).find("released 1 reservations") != std::string::npos; }));
+  EXPECT_TRUE(LogShows("released 1 reservations"));
 }
 
 TEST_F(ServeProcessTest, AReaderKilledMidRestoreReleasesItsPins) {
@@ -180,9 +184,7 @@ TEST_F(ServeProcessTest, ADaemonKilledAndRestartedServesItsRecoveredPoolToItsCli
   EXPECT_EQ(testing::ServedBlocks(*me_, mine, kServeLayout), testing::AllOf(8, 1));
   EXPECT_GE(me_->reconnects(), 1u);
   // Logged after the socket listens: a client may connect before it is written.
-  EXPECT_TRUE(Eventually([&] {
-    return ReadFile(Log()).find("recovered 16 blocks") != std::string::npos;
-  })) << ReadFile(Log());
+  EXPECT_TRUE(LogShows("recovered 16 blocks")) << ReadFile(Log());
 }
 
 TEST_F(ServeProcessTest, GarbageFromARawSocketClosesOnlyThatConnection) {
@@ -229,7 +231,7 @@ TEST_F(ServeProcessTest, APeerOutsideTheAllowListIsRefused) {
   auto c = RemoteStore::Connect(Socket(), "t", testing::SmallClientOptions());
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kPermissionDenied) << c.status().ToString();
-  EXPECT_TRUE(Eventually([&] { return ReadFile(Log()).find("refused") != std::string::npos; }));
+  EXPECT_TRUE(LogShows("refused"));
 }
 
 TEST_F(ServeProcessTest, SigtermShutsDownCleanly) {
@@ -260,13 +262,9 @@ TEST_F(ServeProcessTest, AConfigFileServesAndTheMetricsShowTheLoad) {
   ASSERT_NE(daemon, nullptr);
   // "metrics at http://127.0.0.1:PORT/metrics": the port the kernel chose. `serve` logs it once
   // the daemon has started, so it may come after the socket already answers.
-  std::string log;
-  size_t at = std::string::npos;
-  EXPECT_TRUE(Eventually([&] {
-    log = ReadFile(Log());
-    at = log.find("metrics at http://127.0.0.1:");
-    return at != std::string::npos;
-  }));
+  ASSERT_TRUE(LogShows("metrics at http://127.0.0.1:")) << ReadFile(Log());
+  const std::string log = ReadFile(Log());
+  const size_t at = log.find("metrics at http://127.0.0.1:");
   ASSERT_NE(at, std::string::npos) << log;
   HostPort endpoint{"127.0.0.1", static_cast<uint16_t>(std::atoi(log.c_str() + at + 28))};
   ASSERT_NE(endpoint.port, 0) << log;
