@@ -95,7 +95,11 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     req.set_tenant(store_->local_->tenant());
     req.set_keys(serve::EncodeKeys(keys_));
     *req.mutable_layout() = serve::ToRpc(layout_);
-    req.set_layer_window(kLayerWindow);  // ReadSsdLayers says which layers it has
+    // The window the home sizes its ring by, ReadSsdLayers keeps, and says which layers it has:
+    // for a layer of every key, the most SSD hits there can be.
+    const uint32_t window = LayerWindow(keys_.size() * layout_.num_planes * layout_.slice_bytes,
+                                        store_->options_.layer_window_bytes);
+    req.set_layer_window(window);
     const auto timeout = store_->options_.timeout;
     auto reply =
         store_->ucx_->CallSync(peer->address, kPeerRestore, req.SerializeAsString(), {}, timeout);
@@ -135,7 +139,9 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     }
     std::vector<uint8_t> ssd_ok(ssd.size(), 0);
     std::vector<uint64_t> ssd_sums(ssd.size(), 0);  // BlockChecksum of each, summed as layers land
-    if (st.ok() && !ssd.empty()) st = ReadSsdLayers(*peer, pinned.restore_id(), ssd, &ssd_sums);
+    if (st.ok() && !ssd.empty()) {
+      st = ReadSsdLayers(*peer, pinned.restore_id(), window, ssd, &ssd_sums);
+    }
     // Layers the SSD path did not report (none of its own): report them now, in order.
     if (st.ok() && ssd.empty()) {
       for (uint32_t l = 0; l < layout_.num_layers; ++l) ReportLayer(l);
@@ -178,19 +184,20 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     Finish(std::move(out));
   }
 
-  // Streams the layers of the SSD hits, kLayerWindow requests at a time, the next layer asked for
-  // as each reply arrives; each request says how many leading layers have arrived, so that the
-  // home may reuse their buffers (PeerRestore.layer_window). A reply lands in a buffer of the UCX
-  // node's; this thread scatters it into the caller's slices, adding each slice's checksum to its
-  // hit's sum in `sums` in the same pass, and gives the buffer back. So the node's progress thread
-  // only receives (while this thread copies one layer, it takes in the next ones), and verifying
-  // the blocks takes no pass over them after the last layer. Layers are reported in order as they
-  // are scattered. Returns at the first failed layer: replies still on their way go to buffers of
-  // the node's, not the caller's.
-  Status ReadSsdLayers(const Peer& peer, uint64_t restore_id, const std::vector<uint32_t>& ssd,
-                       std::vector<uint64_t>* sums) {
+  // Streams the layers of the SSD hits, `most_in_flight` requests at a time (the window its
+  // PeerRestore gave the home), the next layer asked for as each reply arrives; each request says
+  // how many leading layers have arrived, so that the home may reuse their buffers
+  // (PeerRestore.layer_window). A reply lands in a buffer of the UCX node's; this thread scatters
+  // it into the caller's slices, adding each slice's checksum to its hit's sum in `sums` in the
+  // same pass, and gives the buffer back. So the node's progress thread only receives (while this
+  // thread copies one layer, it takes in the next ones), and verifying the blocks takes no pass
+  // over them after the last layer. Layers are reported in order as they are scattered. Returns at
+  // the first failed layer: replies still on their way go to buffers of the node's, not the
+  // caller's.
+  Status ReadSsdLayers(const Peer& peer, uint64_t restore_id, uint32_t most_in_flight,
+                       const std::vector<uint32_t>& ssd, std::vector<uint64_t>* sums) {
     const uint32_t layers = layout_.num_layers;
-    const uint32_t window = std::min(kLayerWindow, layers);
+    const uint32_t window = std::min(most_in_flight, layers);
     const uint64_t run = ssd.size() * layout_.num_planes * layout_.slice_bytes;
     struct Reply {
       uint32_t layer = 0;
@@ -294,6 +301,11 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
   Result<GetResult> result_ GUARDED_BY(mu_) = Status::Aborted("not done");
   std::thread thread_;
 };
+
+uint32_t ClusterStore::LayerWindow(uint64_t layer_bytes, uint64_t window_bytes) {
+  if (layer_bytes == 0) return kLayerWindow;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(window_bytes / layer_bytes, 2, kLayerWindow));
+}
 
 ClusterStore::ClusterStore(std::unique_ptr<serve::RemoteStore> local, ClusterClientOptions options)
     : local_(std::move(local)), options_(options) {}

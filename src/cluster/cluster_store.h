@@ -54,6 +54,9 @@ namespace flatcake::cluster {
 struct ClusterClientOptions {
   std::chrono::milliseconds timeout{5000};  // per remote request
   std::chrono::milliseconds view_refresh{1000};
+  // The replies of a remote SSD restore on their way into the client's buffers, at most about
+  // this many bytes (ClusterStore::LayerWindow).
+  uint64_t layer_window_bytes = uint64_t{128} << 20;
 };
 
 class ClusterStore final : public Store {
@@ -86,8 +89,12 @@ class ClusterStore final : public Store {
   // REQUIRES: clustered().
   UcxNode& ucx_worker() { return *ucx_; }
 
-  // PeerLayer requests a remote SSD restore keeps in flight.
+  // PeerLayer requests a remote SSD restore of layers of `layer_bytes` keeps in flight:
+  // kLayerWindow, fewer when the layers are large, so that about `window_bytes` at most are on
+  // their way (each lands in a buffer of the client's, fresh memory the first time), but never
+  // fewer than two (one landing while the next is sent).
   static constexpr uint32_t kLayerWindow = 4;
+  static uint32_t LayerWindow(uint64_t layer_bytes, uint64_t window_bytes);
 
  private:
   struct Peer {

@@ -312,6 +312,25 @@ TEST_F(ClusterRingTest, ALongSsdRestoreStreamsThroughARingAtTheHome) {
     });
   }
   for (std::thread& t : readers) t.join();
+  // A client whose window bytes take less than two of these layers keeps two requests in flight,
+  // and the home's ring holds to that window as well.
+  ClusterClientOptions two;
+  two.layer_window_bytes = kLayerRun;
+  ASSERT_EQ(ClusterStore::LayerWindow(kLayerRun, two.layer_window_bytes), 2u);
+  auto c3 = ClientOfA(two);
+  ASSERT_NE(c3, nullptr);
+  EXPECT_EQ(Restored(*c3, ssd, kLongLayout), kBlocks);
+}
+
+TEST(ClusterLayerWindowTest, FewerRequestsInFlightForLargeLayersButNeverFewerThanTwo) {
+  const uint64_t bytes = ClusterClientOptions{}.layer_window_bytes;
+  ASSERT_EQ(bytes, 128 * kMiB);
+  EXPECT_EQ(ClusterStore::LayerWindow(8 * kMiB, bytes), ClusterStore::kLayerWindow);
+  EXPECT_EQ(ClusterStore::LayerWindow(32 * kMiB, bytes), 4u);
+  EXPECT_EQ(ClusterStore::LayerWindow(40 * kMiB, bytes), 3u);
+  EXPECT_EQ(ClusterStore::LayerWindow(64 * kMiB, bytes), 2u);  // 2 GiB of a 32-layer model
+  EXPECT_EQ(ClusterStore::LayerWindow(kGiB, bytes), 2u);
+  EXPECT_EQ(ClusterStore::LayerWindow(0, bytes), ClusterStore::kLayerWindow);
 }
 
 TEST_F(ClusterRingTest, TheHomeStagesWholeForAClientWithoutAWindowAndHoldsARingToItsWord) {

@@ -70,10 +70,11 @@ struct PeerServiceOptions {
   uint64_t ring_chunk_bytes = uint64_t{32} << 20;
   // Start warms this much of the staging (at most an eighth of its bound, or one ring_bytes when
   // that is more and within half the bound), on the sweeper's thread, and keeps it for the
-  // restores: the ring of a restore whose layers are 64 MiB (2 GiB of a 32-layer model). A fresh
-  // buffer's pages are zeroed by the kernel as the reads first touch them, which on a VM is far
-  // slower than the disk (docs/cluster.md).
-  uint64_t warm_staging_bytes = uint64_t{320} << 20;
+  // restores: the ring of a restore whose layers are 64 MiB (2 GiB of a 32-layer model), three
+  // slots with the window of two that a ClusterStore keeps for such layers. A fresh buffer's pages
+  // are zeroed by the kernel as the reads first touch them, which on a VM is far slower than the
+  // disk (docs/cluster.md).
+  uint64_t warm_staging_bytes = uint64_t{192} << 20;
 };
 
 class PeerService {
