@@ -95,8 +95,10 @@ std::string UcxNode::Impl::TakeBuffer(size_t len) {
   }
   if (buf.capacity() < len) {
     // A fresh buffer: its pages are faulted in as resize fills it, 2 MiB at a time where the
-    // kernel allows. On a VM where a 4 KiB fault costs about 11 us, the four 64 MiB layers in
-    // flight of bench cluster's 2 GiB session put its first layer at 0.8-1.4 s; 0.5-0.6 s so.
+    // kernel allows. On a VM where a 4 KiB fault costs about 11 us, four 64 MiB layers in flight
+    // put the first layer of bench cluster's 2 GiB session at 0.8-1.4 s; 0.5-0.6 s so. Even so
+    // a fresh 64 MiB took 118-196 ms there, on this thread, while the data of the replies before
+    // it waited: ClusterStore keeps fewer requests in flight when its layers are that large.
     buf.reserve(len);
     AdviseHugePages(buf.data(), len);
   }
