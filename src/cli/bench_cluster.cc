@@ -14,7 +14,7 @@
 //    sends each layer as it lands (PeerLayer, a request and its reply). Against it, the same UCX
 //    calls without FlatCake: a UCX worker of this process answers requests with a layer's bytes
 //    from memory (nothing read, nothing copied, nothing checked), asked by the baseline's worker
-//    with as many requests in flight as the restore keeps (ClusterStore::LayerWindow), one per
+//    with as many requests in flight as the restore keeps (ClusterStore::layer_window), one per
 //    layer. remote_ssd_vs_ucx = FlatCake / that. Also, for reference, UCX gets of the same sizes
 //    from B's arena (ucx_ssd_get_gbps) and local_ssd_gbps, the same session restored by a client
 //    of B itself (B's own path), for what the SSD allows.
@@ -118,8 +118,8 @@ class ClusterBench {
   Status UntimedRestore(Store& s, const std::vector<Key>& keys);
   // `count` UCX gets of `size` bytes from B's arena into dst_ by `worker`, timed.
   Result<double> TimedRawGets(cluster::UcxNode& worker, uint64_t count, uint64_t size);
-  // `count` requests answered by raw_server_ with `size` bytes each, as many in flight as a
-  // restore of layers of `size` keeps (ClusterStore::LayerWindow), timed.
+  // `count` requests answered by raw_server_ with `size` bytes each, as many in flight as the
+  // client's restore of layers of `size` keeps (ClusterStore::layer_window), timed.
   Result<double> TimedRawCalls(uint64_t count, uint64_t size) {
     return TimedRawCalls(*raw_, raw_server_->address(), 1, count, size);
   }
@@ -293,8 +293,7 @@ Result<double> ClusterBench::TimedRawCalls(cluster::UcxNode& worker, const std::
   req.set_restore_id(1);
   req.set_layer(size);
   const std::string header = req.SerializeAsString();
-  const uint32_t window =
-      cluster::ClusterStore::LayerWindow(size, cluster::ClusterClientOptions{}.layer_window_bytes);
+  const uint32_t window = client_a_->layer_window(size);
   const auto t0 = Clock::now();
   std::vector<std::thread> callers;
   std::vector<Status> failed(window);

@@ -97,8 +97,8 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     *req.mutable_layout() = serve::ToRpc(layout_);
     // The window the home sizes its ring by, ReadSsdLayers keeps, and says which layers it has:
     // for a layer of every key, the most SSD hits there can be.
-    const uint32_t window = LayerWindow(keys_.size() * layout_.num_planes * layout_.slice_bytes,
-                                        store_->options_.layer_window_bytes);
+    const uint32_t window =
+        store_->layer_window(keys_.size() * layout_.num_planes * layout_.slice_bytes);
     req.set_layer_window(window);
     const auto timeout = store_->options_.timeout;
     auto reply =
@@ -184,9 +184,9 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     Finish(std::move(out));
   }
 
-  // Streams the layers of the SSD hits, `most_in_flight` requests at a time (the window its
-  // PeerRestore gave the home), the next layer asked for as each reply arrives; each request says
-  // how many leading layers have arrived, so that the home may reuse their buffers
+  // Streams the layers of the SSD hits, `most_in_flight` (at least 1) requests at a time (the
+  // window its PeerRestore gave the home), the next layer asked for as each reply arrives; each
+  // request says how many leading layers have arrived, so that the home may reuse their buffers
   // (PeerRestore.layer_window). A reply lands in a buffer of the UCX node's; this thread scatters
   // it into the caller's slices, adding each slice's checksum to its hit's sum in `sums` in the
   // same pass, and gives the buffer back. So the node's progress thread only receives (while this
@@ -197,7 +197,7 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
   Status ReadSsdLayers(const Peer& peer, uint64_t restore_id, uint32_t most_in_flight,
                        const std::vector<uint32_t>& ssd, std::vector<uint64_t>* sums) {
     const uint32_t layers = layout_.num_layers;
-    const uint32_t window = std::min(most_in_flight, layers);
+    const uint32_t window = std::min(std::max(most_in_flight, 1u), layers);
     const uint64_t run = ssd.size() * layout_.num_planes * layout_.slice_bytes;
     struct Reply {
       uint32_t layer = 0;

@@ -55,7 +55,7 @@ struct ClusterClientOptions {
   std::chrono::milliseconds timeout{5000};  // per remote request
   std::chrono::milliseconds view_refresh{1000};
   // The replies of a remote SSD restore on their way into the client's buffers, at most about
-  // this many bytes (ClusterStore::LayerWindow).
+  // this many bytes, but never fewer than two replies (ClusterStore::LayerWindow).
   uint64_t layer_window_bytes = uint64_t{128} << 20;
 };
 
@@ -95,6 +95,10 @@ class ClusterStore final : public Store {
   // fewer than two (one landing while the next is sent).
   static constexpr uint32_t kLayerWindow = 4;
   static uint32_t LayerWindow(uint64_t layer_bytes, uint64_t window_bytes);
+  // The same with this client's layer_window_bytes.
+  uint32_t layer_window(uint64_t layer_bytes) const {
+    return LayerWindow(layer_bytes, options_.layer_window_bytes);
+  }
 
  private:
   struct Peer {

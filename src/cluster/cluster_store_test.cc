@@ -269,11 +269,10 @@ TEST_F(ClusterStoreTest, AClientOfADaemonThatJoinsLaterBecomesAClusterClient) {
 class ClusterRingTest : public ClusterStoreTest {
  protected:
   static constexpr uint64_t kLayerRun = kBlocks * 2 * 4096;  // 192 KiB
-  void SetUp() override {
+  explicit ClusterRingTest(uint64_t ring_bytes = kMiB, uint64_t chunk_bytes = 2 * kLayerRun) {
     b_peer_.max_staging_bytes = 4 * kMiB + kMiB / 2;
-    b_peer_.ring_bytes = kMiB;
-    b_peer_.ring_chunk_bytes = 2 * kLayerRun;
-    ClusterStoreTest::SetUp();
+    b_peer_.ring_bytes = ring_bytes;
+    b_peer_.ring_chunk_bytes = chunk_bytes;
   }
 
   // B's UCX address, for raw peer requests.
@@ -312,14 +311,32 @@ TEST_F(ClusterRingTest, ALongSsdRestoreStreamsThroughARingAtTheHome) {
     });
   }
   for (std::thread& t : readers) t.join();
-  // A client whose window bytes take less than two of these layers keeps two requests in flight,
-  // and the home's ring holds to that window as well.
+}
+
+// The smallest ring the home makes: chunks of one layer and ring_bytes of one, so the ring is the
+// two chunks reading and the client's window, less one: 5 slots for a window of 4, 3 for 2. A
+// client that kept more requests in flight than the window it told the home would wait for
+// itself here: its last request would say it has fewer layers than the last chunk needs.
+class ClusterTightRingTest : public ClusterRingTest {
+ protected:
+  ClusterTightRingTest() : ClusterRingTest(kLayerRun, kLayerRun / 2) {}
+};
+
+TEST_F(ClusterTightRingTest, ClientsKeepTheWindowTheyToldTheHome) {
+  auto c = ClientOfA();
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(c->layer_window(kLayerRun), ClusterStore::kLayerWindow);
+  const auto ssd = SessionAtB(*c, "tight-");
+  Write(*c, ssd, MediaType::kSsd, kLongLayout);
+  EXPECT_EQ(Restored(*c, ssd, kLongLayout), kBlocks);
+  // Window bytes that take less than two of these layers: two requests in flight.
   ClusterClientOptions two;
   two.layer_window_bytes = kLayerRun;
-  ASSERT_EQ(ClusterStore::LayerWindow(kLayerRun, two.layer_window_bytes), 2u);
-  auto c3 = ClientOfA(two);
-  ASSERT_NE(c3, nullptr);
-  EXPECT_EQ(Restored(*c3, ssd, kLongLayout), kBlocks);
+  two.timeout = std::chrono::seconds(2);
+  auto c2 = ClientOfA(two);
+  ASSERT_NE(c2, nullptr);
+  ASSERT_EQ(c2->layer_window(kLayerRun), 2u);
+  for (int round = 0; round < 3; ++round) EXPECT_EQ(Restored(*c2, ssd, kLongLayout), kBlocks);
 }
 
 TEST(ClusterLayerWindowTest, FewerRequestsInFlightForLargeLayersButNeverFewerThanTwo) {
@@ -328,9 +345,12 @@ TEST(ClusterLayerWindowTest, FewerRequestsInFlightForLargeLayersButNeverFewerTha
   EXPECT_EQ(ClusterStore::LayerWindow(8 * kMiB, bytes), ClusterStore::kLayerWindow);
   EXPECT_EQ(ClusterStore::LayerWindow(32 * kMiB, bytes), 4u);
   EXPECT_EQ(ClusterStore::LayerWindow(40 * kMiB, bytes), 3u);
+  EXPECT_EQ(ClusterStore::LayerWindow(42 * kMiB, bytes), 3u);
+  EXPECT_EQ(ClusterStore::LayerWindow(43 * kMiB, bytes), 2u);
   EXPECT_EQ(ClusterStore::LayerWindow(64 * kMiB, bytes), 2u);  // 2 GiB of a 32-layer model
   EXPECT_EQ(ClusterStore::LayerWindow(kGiB, bytes), 2u);
   EXPECT_EQ(ClusterStore::LayerWindow(0, bytes), ClusterStore::kLayerWindow);
+  EXPECT_EQ(ClusterStore::LayerWindow(8 * kMiB, 0), 2u);
 }
 
 TEST_F(ClusterRingTest, TheHomeStagesWholeForAClientWithoutAWindowAndHoldsARingToItsWord) {

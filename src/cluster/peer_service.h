@@ -64,8 +64,8 @@ struct PeerServiceOptions {
   // A restore its client abandoned is ended after this.
   std::chrono::milliseconds restore_ttl = std::chrono::seconds(30);
   // The ring (PeerService, above): about ring_bytes of layer buffers, and at least the chunks
-  // reading and the client's window, filled in chunks of about ring_chunk_bytes of layers (at
-  // least one layer): the read budget of one store restore.
+  // reading and the client's window, less one, filled in chunks of about ring_chunk_bytes of layers
+  // (at least one layer): the read budget of one store restore.
   uint64_t ring_bytes = uint64_t{128} << 20;
   uint64_t ring_chunk_bytes = uint64_t{32} << 20;
   // Start warms this much of the staging (at most an eighth of its bound, or one ring_bytes when
