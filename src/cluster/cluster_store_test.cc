@@ -339,6 +339,50 @@ TEST_F(ClusterTightRingTest, ClientsKeepTheWindowTheyToldTheHome) {
   for (int round = 0; round < 3; ++round) EXPECT_EQ(Restored(*c2, ssd, kLongLayout), kBlocks);
 }
 
+// A client whose worker goes away while the home holds one of its layer requests (waiting for a
+// slot of the ring): the restore is ended by the home's sweeper after its TTL, which answers the
+// request with an error, to a client that is gone. The home must go on serving the others.
+class ClusterGoneClientTest : public ClusterRingTest {
+ protected:
+  ClusterGoneClientTest() : ClusterRingTest(kLayerRun, kLayerRun / 2) {
+    b_peer_.restore_ttl = std::chrono::seconds(1);
+  }
+};
+
+TEST_F(ClusterGoneClientTest, AClientGoneWhileTheHomeHoldsItsRequestLeavesTheHomeServing) {
+  auto c = ClientOfA();
+  ASSERT_NE(c, nullptr);
+  const auto ssd = SessionAtB(*c, "gone-");
+  Write(*c, ssd, MediaType::kSsd, kLongLayout);
+  const std::string b = AddressOfB();
+  {
+    auto raw = UcxNode::Create();
+    ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+    rpc::PeerRestore req;
+    req.set_tenant("t");
+    req.set_keys(serve::EncodeKeys(ssd));
+    *req.mutable_layout() = serve::ToRpc(kLongLayout);
+    req.set_layer_window(2);  // a ring of 3 slots
+    auto r =
+        (*raw)->CallSync(b, kPeerRestore, req.SerializeAsString(), {}, std::chrono::seconds(10));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    rpc::PeerRestoreReply reply;
+    ASSERT_TRUE(reply.ParseFromString(r->first));
+    ASSERT_NE(reply.restore_id(), 0u);
+    // Layer 5 while the client says it has none: it waits at the home for a slot.
+    rpc::PeerLayer layer;
+    layer.set_restore_id(reply.restore_id());
+    layer.set_layer(5);
+    layer.set_received(0);
+    (*raw)->Call(b, kPeerLayer, layer.SerializeAsString(), {}, std::chrono::seconds(30),
+                 [](Status, std::string, std::string) {});
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }  // the client's worker goes, its request still waiting at the home
+  // The sweeper ends the restore (TTL 1 s, a sweep every 0.5 s) and answers the request.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  EXPECT_EQ(Restored(*c, ssd, kLongLayout), kBlocks);
+}
+
 TEST(ClusterLayerWindowTest, FewerRequestsInFlightForLargeLayersButNeverFewerThanTwo) {
   const uint64_t bytes = ClusterClientOptions{}.layer_window_bytes;
   ASSERT_EQ(bytes, 128 * kMiB);

@@ -26,11 +26,14 @@ void UcxNode::Impl::DoCall(std::string peer, uint32_t id, std::string header, st
   call.peer = peer;
   call.deadline = Clock::now() + timeout;
   calls_[call_id] = std::move(call);
+  // call id, handler id, this worker's address (Reply's), the caller's header.
   auto* send = new SendContext{this, call_id, {}, UcxPayload(std::move(data))};
   PutU64(&send->header, call_id);
   PutU32(&send->header, id);
+  PutU32(&send->header, static_cast<uint32_t>(address_.size()));
+  send->header.append(address_);
   send->header.append(header);
-  Send(*ep, kAmRequest, send, UCP_AM_SEND_FLAG_REPLY);
+  Send(*ep, kAmRequest, send, 0);
 }
 
 void UcxNode::Impl::Send(ucp_ep_h ep, unsigned am, SendContext* send, uint32_t flags) {
@@ -124,13 +127,11 @@ ucs_status_t UcxNode::Impl::OnReplyAm(void* arg, const void* header, size_t head
 
 ucs_status_t UcxNode::Impl::Receive(bool request, const void* header, size_t header_len, void* data,
                                     size_t len, const ucp_am_recv_param_t* param) {
-  ucp_ep_h reply_ep =
-      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 ? param->reply_ep : nullptr;
   std::string h(static_cast<const char*>(header), header_len);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
     // Into a buffer of the node's own: the call may time out before the data is in, and UCX
     // cannot be made to stop writing into a receive it has started.
-    auto* rv = new RndvReceive{this, request, std::move(h), TakeBuffer(len), reply_ep};
+    auto* rv = new RndvReceive{this, request, std::move(h), TakeBuffer(len)};
     char* dest = rv->data.data();
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -146,7 +147,7 @@ ucs_status_t UcxNode::Impl::Receive(bool request, const void* header, size_t hea
     }
     return UCS_OK;
   }
-  Dispatch(request, std::move(h), std::string(static_cast<const char*>(data), len), reply_ep);
+  Dispatch(request, std::move(h), std::string(static_cast<const char*>(data), len));
   return UCS_OK;
 }
 
@@ -162,7 +163,7 @@ void UcxNode::Impl::OnRndvDone(void* request, ucs_status_t status, size_t, void*
 }
 
 void UcxNode::Impl::Landed(RndvReceive* rv) {
-  Dispatch(rv->request, std::move(rv->header), std::move(rv->data), rv->reply_ep);
+  Dispatch(rv->request, std::move(rv->header), std::move(rv->data));
   delete rv;
 }
 
@@ -173,8 +174,7 @@ void UcxNode::Impl::FailReceive(RndvReceive* rv, const Status& st) {
   delete rv;
 }
 
-void UcxNode::Impl::Dispatch(bool request, std::string header, std::string data,
-                             ucp_ep_h reply_ep) {
+void UcxNode::Impl::Dispatch(bool request, std::string header, std::string data) {
   if (header.empty()) return;
   if (header[0] == '\1') {  // the header is at the start of the data (Send)
     if (header.size() < 5) return;
@@ -186,24 +186,27 @@ void UcxNode::Impl::Dispatch(bool request, std::string header, std::string data,
     header.erase(0, 1);
   }
   if (request) {
-    if (header.size() < 12 || reply_ep == nullptr) return;  // not ours: dropped
+    if (header.size() < 16) return;  // not ours: dropped
     const uint64_t call_id = GetU64(header.data());
     const uint32_t id = GetU32(header.data() + 8);
+    const uint32_t address_len = GetU32(header.data() + 12);
+    if (address_len == 0 || header.size() - 16 < address_len) return;
+    std::string caller = header.substr(16, address_len);
     Handler h;
     {
       MutexLock lock(mu_);
       auto it = handlers_.find(id);
       if (it != handlers_.end()) h = it->second;
     }
-    Responder respond = [this, call_id, reply_ep](Status st, std::string rh, UcxPayload rd) {
-      Post([this, call_id, reply_ep, st = std::move(st), rh = std::move(rh),
-            rd = std::move(rd)]() mutable { Reply(reply_ep, call_id, st, rh, std::move(rd)); });
+    Responder respond = [this, call_id, caller](Status st, std::string rh, UcxPayload rd) {
+      Post([this, call_id, caller, st = std::move(st), rh = std::move(rh),
+            rd = std::move(rd)]() mutable { Reply(caller, call_id, st, rh, std::move(rd)); });
     };
     if (!h) {
       respond(Status::Unsupported("no handler for request " + std::to_string(id)), {}, {});
       return;
     }
-    h(header.substr(12), std::move(data), std::move(respond));
+    h(header.substr(16 + address_len), std::move(data), std::move(respond));
     return;
   }
   // call id, the length of the error (a serialized rpc::Error; 0 when the call succeeded), it.
@@ -228,15 +231,19 @@ void UcxNode::Impl::Dispatch(bool request, std::string header, std::string data,
   Complete(std::move(call), std::move(st), header.substr(12 + err_len), std::move(data));
 }
 
-void UcxNode::Impl::Reply(ucp_ep_h reply_ep, uint64_t call_id, const Status& st,
+void UcxNode::Impl::Reply(const std::string& caller, uint64_t call_id, const Status& st,
                           const std::string& header, UcxPayload data) {
+  // By this node's own endpoint to the caller, made (or found) now: a caller gone meanwhile is a
+  // peer failure like any other, and the reply is dropped (its call ended with the caller).
+  auto ep = Endpoint(caller);
+  if (!ep.ok()) return;
   auto* send = new SendContext{this, 0, {}, std::move(data)};
   PutU64(&send->header, call_id);
   const std::string err = st.ok() ? std::string() : serve::ToRpc(st).SerializeAsString();
   PutU32(&send->header, static_cast<uint32_t>(err.size()));
   send->header.append(err);
   send->header.append(header);
-  Send(reply_ep, kAmReply, send, 0);
+  Send(*ep, kAmReply, send, 0);
 }
 
 }  // namespace flatcake::cluster

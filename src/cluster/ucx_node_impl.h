@@ -119,7 +119,6 @@ class UcxNode::Impl {
     Impl* impl;
     bool request;
     std::string header, data;
-    ucp_ep_h reply_ep;
   };
 
   // --- ucx_transport.cc ---
@@ -154,9 +153,13 @@ class UcxNode::Impl {
   void Landed(RndvReceive* rv);
   // A rendezvous message that did not arrive: a reply's call fails; frees `rv`.
   void FailReceive(RndvReceive* rv, const Status& st);
-  void Dispatch(bool request, std::string header, std::string data, ucp_ep_h reply_ep);
-  void Reply(ucp_ep_h reply_ep, uint64_t call_id, const Status& st, const std::string& header,
-             UcxPayload data);
+  // A request's header starts with its call id, handler id and the caller's worker address; its
+  // reply goes back by an endpoint of this node's to that address (Endpoint), not by UCX's reply
+  // endpoint of the request: UCX destroys that one when the caller goes away, and a handler may
+  // answer long after (a layer request, when its layer lands or its restore ends).
+  void Dispatch(bool request, std::string header, std::string data);
+  void Reply(const std::string& caller, uint64_t call_id, const Status& st,
+             const std::string& header, UcxPayload data);
 
   // --- ucx_peers.cc ---
   Result<ucp_ep_h> Endpoint(const std::string& peer);

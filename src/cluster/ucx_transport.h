@@ -2,8 +2,10 @@
 // one progress thread that makes every UCX call (the worker runs single-threaded), offering
 //   - request/reply messages: Call sends (handler id, header, data) to a peer, named by its
 //     worker address, as a UCX active message; the peer's handler answers once through its
-//     Responder, from any thread; the caller's callback gets the reply, or an error when the peer
-//     is gone (UCX reports it: peer error handling) or the timeout passes;
+//     Responder, from any thread, by the peer's own endpoint to the caller's address (the
+//     request carries it), so an answer to a caller gone meanwhile is dropped; the caller's
+//     callback gets the reply, or an error when the peer is gone (UCX reports it: peer error
+//     handling) or the timeout passes;
 //   - one-sided reads: Register exposes a local region and packs its remote key; Get reads bytes
 //     of a peer's region (its address and packed key) straight into a local buffer with UCX RMA
 //     (ucp_get_nbx). UCX chooses the transport: RDMA where the fabric has it, else TCP; with
