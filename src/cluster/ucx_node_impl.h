@@ -29,8 +29,11 @@ namespace ucx_internal {
 
 using Clock = std::chrono::steady_clock;
 
-// Active message ids of the transport itself.
-inline constexpr unsigned kAmRequest = 1;
+// Active message ids of the transport itself. Requests were message 1 before they carried the
+// caller's address: a node of that build and one of this one drop each other's requests (UCX
+// has no handler for them), so their calls time out as with a member that does not answer,
+// rather than one reading the other's bytes as its own header.
+inline constexpr unsigned kAmRequest = 3;
 inline constexpr unsigned kAmReply = 2;
 
 inline Status UcxError(const char* what, ucs_status_t st) {
