@@ -84,6 +84,11 @@ bool ClusterNode::peer_staging_warm() const {
   return peers_ != nullptr && peers_->staging_warm();
 }
 
+size_t ClusterNode::peer_restores_in_flight() const {
+  MutexLock lock(mu_);
+  return peers_ != nullptr ? peers_->restores_in_flight() : 0;
+}
+
 uint32_t ClusterNode::node_id() const {
   MutexLock lock(mu_);
   return membership_ ? membership_->node_id() : 0;

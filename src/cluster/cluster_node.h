@@ -64,6 +64,8 @@ class ClusterNode {
   uint32_t node_id() const EXCLUDES(mu_);
   // The peer service's staging is warm (PeerService::staging_warm); false when not joined.
   bool peer_staging_warm() const EXCLUDES(mu_);
+  // Other nodes' clients' restores the peer service holds (pinned, staged); 0 when not joined.
+  size_t peer_restores_in_flight() const EXCLUDES(mu_);
   UcxNode& ucx() { return *ucx_; }
   serve::ClusterViewInfo View() const EXCLUDES(mu_);
 

@@ -341,11 +341,12 @@ TEST_F(ClusterTightRingTest, ClientsKeepTheWindowTheyToldTheHome) {
 
 // A client whose worker goes away while the home holds one of its layer requests (waiting for a
 // slot of the ring): the restore is ended by the home's sweeper after its TTL, which answers the
-// request with an error, to a client that is gone. The home must go on serving the others.
+// request with an error, to a client that is gone. The home must go on serving the others (it
+// answered on UCX's reply endpoint of the request once, which UCX had destroyed: SIGSEGV).
 class ClusterGoneClientTest : public ClusterRingTest {
  protected:
   ClusterGoneClientTest() : ClusterRingTest(kLayerRun, kLayerRun / 2) {
-    b_peer_.restore_ttl = std::chrono::seconds(1);
+    b_peer_.restore_ttl = std::chrono::seconds(3);
   }
 };
 
@@ -376,10 +377,18 @@ TEST_F(ClusterGoneClientTest, AClientGoneWhileTheHomeHoldsItsRequestLeavesTheHom
     layer.set_received(0);
     (*raw)->Call(b, kPeerLayer, layer.SerializeAsString(), {}, std::chrono::seconds(30),
                  [](Status, std::string, std::string) {});
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // B takes a worker's requests in order: once a later one is answered, the layer request is
+    // waiting there.
+    auto hello = (*raw)->CallSync(b, kPeerHello, rpc::PeerHello().SerializeAsString(), {},
+                                  std::chrono::seconds(10));
+    ASSERT_TRUE(hello.ok()) << hello.status().ToString();
+    ASSERT_EQ(b_.cluster->peer_restores_in_flight(), 1u);
   }  // the client's worker goes, its request still waiting at the home
-  // The sweeper ends the restore (TTL 1 s, a sweep every 0.5 s) and answers the request.
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  // The sweeper ends the restore after its TTL (3 s, a sweep every 0.5 s) and answers the request.
+  for (int i = 0; i < 400 && b_.cluster->peer_restores_in_flight() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(b_.cluster->peer_restores_in_flight(), 0u);
   EXPECT_EQ(Restored(*c, ssd, kLongLayout), kBlocks);
 }
 

@@ -1,5 +1,7 @@
 // UcxNode's request/reply messages (ucx_node_impl.h): sending, receiving (rendezvous into kept
 // buffers), and dispatching to the handlers and to the calls waiting for their replies.
+#include <algorithm>
+
 #include "cluster/ucx_node_impl.h"
 #include "serve/rpc_convert.h"
 #include "util/aligned_buffer.h"
@@ -33,11 +35,12 @@ void UcxNode::Impl::DoCall(std::string peer, uint32_t id, std::string header, st
   PutU32(&send->header, static_cast<uint32_t>(address_.size()));
   send->header.append(address_);
   send->header.append(header);
-  Send(*ep, kAmRequest, send, 0);
+  Send(*ep, kAmRequest, send, address_.size());
 }
 
-void UcxNode::Impl::Send(ucp_ep_h ep, unsigned am, SendContext* send, uint32_t flags) {
-  if (send->header.size() > kInlineHeaderMax) {
+void UcxNode::Impl::Send(ucp_ep_h ep, unsigned am, SendContext* send, size_t inline_extra) {
+  // At most 4 KiB in the UCX header, well within the fragment it must fit.
+  if (send->header.size() > kInlineHeaderMax + std::min(inline_extra, 3 * kInlineHeaderMax)) {
     std::string moved;
     moved.reserve(send->header.size() + send->data.size());
     moved.append(send->header).append(send->data.data(), send->data.size());
@@ -49,11 +52,9 @@ void UcxNode::Impl::Send(ucp_ep_h ep, unsigned am, SendContext* send, uint32_t f
     send->header.insert(send->header.begin(), '\0');
   }
   ucp_request_param_t rp{};
-  rp.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   rp.cb.send = &Impl::OnSendDone;
   rp.user_data = send;
-  rp.flags = flags;
   ucs_status_ptr_t r =
       ucp_am_send_nbx(ep, am, send->header.data(), send->header.size(),
                       const_cast<char*>(send->data.data()), send->data.size(), &rp);
@@ -190,17 +191,27 @@ void UcxNode::Impl::Dispatch(bool request, std::string header, std::string data)
     const uint64_t call_id = GetU64(header.data());
     const uint32_t id = GetU32(header.data() + 8);
     const uint32_t address_len = GetU32(header.data() + 12);
-    if (address_len == 0 || header.size() - 16 < address_len) return;
+    if (address_len == 0 || address_len > kMaxCallerAddress || header.size() - 16 < address_len) {
+      return;
+    }
     std::string caller = header.substr(16, address_len);
+    // The caller is there: a failure of an earlier endpoint to it holds up no reply to it.
+    failed_.erase(caller);
+    auto ep = Endpoint(caller);
+    if (!ep.ok()) return;  // no way to answer: dropped, the call ends at its deadline
+    const uint64_t generation = peers_[caller].generation;
     Handler h;
     {
       MutexLock lock(mu_);
       auto it = handlers_.find(id);
       if (it != handlers_.end()) h = it->second;
     }
-    Responder respond = [this, call_id, caller](Status st, std::string rh, UcxPayload rd) {
-      Post([this, call_id, caller, st = std::move(st), rh = std::move(rh),
-            rd = std::move(rd)]() mutable { Reply(caller, call_id, st, rh, std::move(rd)); });
+    Responder respond = [this, call_id, caller, generation](Status st, std::string rh,
+                                                            UcxPayload rd) {
+      Post([this, call_id, caller, generation, st = std::move(st), rh = std::move(rh),
+            rd = std::move(rd)]() mutable {
+        Reply(caller, generation, call_id, st, rh, std::move(rd));
+      });
     };
     if (!h) {
       respond(Status::Unsupported("no handler for request " + std::to_string(id)), {}, {});
@@ -231,19 +242,22 @@ void UcxNode::Impl::Dispatch(bool request, std::string header, std::string data)
   Complete(std::move(call), std::move(st), header.substr(12 + err_len), std::move(data));
 }
 
-void UcxNode::Impl::Reply(const std::string& caller, uint64_t call_id, const Status& st,
-                          const std::string& header, UcxPayload data) {
-  // By this node's own endpoint to the caller, made (or found) now: a caller gone meanwhile is a
-  // peer failure like any other, and the reply is dropped (its call ended with the caller).
-  auto ep = Endpoint(caller);
-  if (!ep.ok()) return;
+void UcxNode::Impl::Reply(const std::string& caller, uint64_t generation, uint64_t call_id,
+                          const Status& st, const std::string& header, UcxPayload data) {
+  // By the endpoint the request came with: gone, or replaced, when the caller went away or the
+  // connection failed meanwhile, and then the call has ended at the caller too.
+  auto it = peers_.find(caller);
+  if (it == peers_.end() || it->second.generation != generation || it->second.ep == nullptr) {
+    return;
+  }
+  ucp_ep_h ep = it->second.ep;
   auto* send = new SendContext{this, 0, {}, std::move(data)};
   PutU64(&send->header, call_id);
   const std::string err = st.ok() ? std::string() : serve::ToRpc(st).SerializeAsString();
   PutU32(&send->header, static_cast<uint32_t>(err.size()));
   send->header.append(err);
   send->header.append(header);
-  Send(*ep, kAmReply, send, 0);
+  Send(ep, kAmReply, send, 0);
 }
 
 }  // namespace flatcake::cluster

@@ -116,6 +116,7 @@ class UcxNode::Impl {
   };
   struct Peer {
     ucp_ep_h ep = nullptr;
+    uint64_t generation = 0;  // which endpoint to this peer this is (Endpoint numbers them)
     std::unordered_map<std::string, ucp_rkey_h> rkeys;
   };
   struct RndvReceive {
@@ -133,8 +134,10 @@ class UcxNode::Impl {
   // A UCX active message header must fit one fragment (a rendezvous RTS holds at most 8 KiB of
   // it), so a long header travels at the start of the data instead: the UCX header is then
   // [1][its length], else [0][the header].
+  // `inline_extra`: bytes of the header beyond that limit that may still travel in the UCX header
+  // (a request's caller address).
   static constexpr size_t kInlineHeaderMax = 1024;
-  void Send(ucp_ep_h ep, unsigned am, SendContext* send, uint32_t flags);
+  void Send(ucp_ep_h ep, unsigned am, SendContext* send, size_t inline_extra);
   static void OnSendDone(void* request, ucs_status_t status, void* user_data);
   void FailCall(uint64_t call_id, Status st);
   // Runs a call's callback with its reply.
@@ -156,12 +159,15 @@ class UcxNode::Impl {
   void Landed(RndvReceive* rv);
   // A rendezvous message that did not arrive: a reply's call fails; frees `rv`.
   void FailReceive(RndvReceive* rv, const Status& st);
-  // A request's header starts with its call id, handler id and the caller's worker address; its
-  // reply goes back by an endpoint of this node's to that address (Endpoint), not by UCX's reply
-  // endpoint of the request: UCX destroys that one when the caller goes away, and a handler may
-  // answer long after (a layer request, when its layer lands or its restore ends).
+  // A request's header starts with its call id, handler id and the caller's worker address (at
+  // most kMaxCallerAddress bytes). Its reply goes back by this node's own endpoint to that
+  // address, made (or found) as the request arrives, not by UCX's reply endpoint of the request:
+  // UCX destroys that one when the caller goes away, and a handler may answer long after (a
+  // layer request, when its layer lands or its restore ends). A reply whose endpoint is gone by
+  // then (the caller gone, or connected again since) is dropped, with no new connection.
+  static constexpr size_t kMaxCallerAddress = 16 << 10;
   void Dispatch(bool request, std::string header, std::string data);
-  void Reply(const std::string& caller, uint64_t call_id, const Status& st,
+  void Reply(const std::string& caller, uint64_t generation, uint64_t call_id, const Status& st,
              const std::string& header, UcxPayload data);
 
   // --- ucx_peers.cc ---
@@ -190,6 +196,7 @@ class UcxNode::Impl {
 
   // The progress thread's.
   uint64_t next_id_ = 1;
+  uint64_t next_generation_ = 1;
   std::unordered_map<std::string, Peer> peers_;
   std::unordered_map<uint64_t, PendingCall> calls_;
   std::unordered_map<uint64_t, std::unique_ptr<PendingGet>> gets_;

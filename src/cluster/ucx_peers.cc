@@ -38,7 +38,9 @@ Result<ucp_ep_h> UcxNode::Impl::Endpoint(const std::string& peer) {
   ucp_ep_h h = nullptr;
   const ucs_status_t st = ucp_ep_create(worker_, &ep, &h);
   if (st != UCS_OK) return UcxError("connecting to a peer", st);
-  peers_[peer].ep = h;
+  Peer& p = peers_[peer];
+  p.ep = h;
+  p.generation = next_generation_++;
   return h;
 }
 

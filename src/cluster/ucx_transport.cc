@@ -115,6 +115,14 @@ void UcxNode::Impl::Shutdown() {
 
 void UcxNode::Impl::ExpireDeadlines() {
   const auto now = Clock::now();
+  // Peers gone longer ago than the backoff hold nothing up (Endpoint tries them again), and a
+  // daemon sees many callers go: they are forgotten, and so are endpoint closes UCX completed.
+  std::erase_if(failed_, [&](const auto& f) { return now - f.second >= kReconnectAfter; });
+  std::erase_if(closing_, [](void* r) {
+    if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
+    ucp_request_free(r);
+    return true;
+  });
   std::vector<uint64_t> late;
   std::vector<std::string> silent;  // peers of calls past their deadline
   for (auto& [id, c] : calls_) {
@@ -187,10 +195,9 @@ void UcxNode::Impl::Loop() {
   for (PendingGet* g : pending) CancelGet(g);
   const auto until = Clock::now() + std::chrono::seconds(2);
   while (!gets_.empty() && Clock::now() < until) ucp_worker_progress(worker_);
-  // Sends and rendezvous receives still going, replies to peers' requests among them (on
-  // endpoints UCX made for those peers, which this node does not close): UCX destroys such
-  // endpoints with the worker and must find none of their transfers left (it asserts so). They
-  // end once the peer has taken or given the data, or is found gone.
+  // Sends and rendezvous receives still going, replies to peers' requests among them: UCX must
+  // find none of their transfers left when it destroys the worker (it asserts so). They end once
+  // the peer has taken or given the data, or is found gone; the endpoints are closed after.
   const auto drained = Clock::now() + std::chrono::seconds(5);
   while (transfers_ > 0 && Clock::now() < drained) ucp_worker_progress(worker_);
   std::vector<std::string> peers;
