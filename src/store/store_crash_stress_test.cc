@@ -96,6 +96,10 @@ struct Report {
 };
 static_assert(sizeof(Report) == 32 && PIPE_BUF % sizeof(Report) == 0);
 
+// One child in ten clears the pool first thing, so that every run clears: its kill delay counts
+// from that clear's start (RunAndKill), or a slow open under a sanitizer could outlast it.
+bool ClearsFirst(uint32_t child_no) { return child_no % 10 == 5; }
+
 // The child's end of the pipe. A write of at most PIPE_BUF bytes to a pipe is atomic, so a kill
 // never leaves part of a record behind (the parent counts any it finds anyway).
 class Reporter {
@@ -225,8 +229,8 @@ class Child {
     const double cap = static_cast<double>(store_.GetStats().ssd.capacity_bytes);
     for (uint64_t op = 0; op < kMaxChildOps; ++op) {
       const StoreStats stats = store_.GetStats();
-      // One child in ten clears the pool first thing, so that every run clears.
-      const uint32_t r = op == 0 && child_no_ % 10 == 5 ? 0 : static_cast<uint32_t>(rng_() % 1000);
+      const uint32_t r =
+          op == 0 && ClearsFirst(child_no_) ? 0 : static_cast<uint32_t>(rng_() % 1000);
       bool may_free_ssd = false;
       if (r < 5) {
         rep_.Send(Report{Rec::kBeginClear});
@@ -382,7 +386,8 @@ struct ChildRun {
   int status = 0;
 };
 
-// Forks child `child_no`, kills it `delay` later, and collects its reports.
+// Forks child `child_no`, kills it `delay` later (after its first clear began, for a child that
+// ClearsFirst), and collects its reports.
 ChildRun RunAndKill(const std::string& dir, const KeyModel& model, uint32_t child_no, uint64_t seed,
                     std::chrono::microseconds delay) {
   ChildRun run;
@@ -412,8 +417,19 @@ ChildRun RunAndKill(const std::string& dir, const KeyModel& model, uint32_t chil
     bytes.insert(bytes.end(), buf, buf + n);
     return true;
   };
-  const auto deadline = std::chrono::steady_clock::now() + delay;
   bool open = true;
+  const auto began_clear = [&] {
+    for (size_t at = 0; at + sizeof(Report) <= bytes.size(); at += sizeof(Report)) {
+      Report r;
+      std::memcpy(&r, bytes.data() + at, sizeof(r));
+      if (r.type == Rec::kBeginClear) return true;
+    }
+    return false;
+  };
+  if (ClearsFirst(child_no)) {
+    while (open && !began_clear()) open = drain(-1);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + delay;
   for (auto now = std::chrono::steady_clock::now(); open && now < deadline;
        now = std::chrono::steady_clock::now()) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
