@@ -283,6 +283,30 @@ class ClusterRingTest : public ClusterStoreTest {
     ADD_FAILURE() << "B is not in its own view";
     return {};
   }
+  // A PeerRestore of `keys` from `raw` to B (at `b`), announcing `window`; an empty reply (no
+  // restore id, nothing found) when the call fails.
+  static rpc::PeerRestoreReply RawRestore(UcxNode& raw, const std::string& b,
+                                          const std::vector<Key>& keys, uint32_t window) {
+    rpc::PeerRestore req;
+    req.set_tenant("t");
+    req.set_keys(serve::EncodeKeys(keys));
+    *req.mutable_layout() = serve::ToRpc(kLongLayout);
+    req.set_layer_window(window);
+    rpc::PeerRestoreReply reply;
+    auto r = raw.CallSync(b, kPeerRestore, req.SerializeAsString(), {}, std::chrono::seconds(10));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (r.ok()) EXPECT_TRUE(reply.ParseFromString(r->first));
+    return reply;
+  }
+  // A PeerLayer request for `layer` of restore `id` from a client that has the layers below
+  // `received`.
+  static std::string LayerRequest(uint64_t id, uint32_t layer, uint32_t received) {
+    rpc::PeerLayer req;
+    req.set_restore_id(id);
+    req.set_layer(layer);
+    req.set_received(received);
+    return req.SerializeAsString();
+  }
 };
 
 TEST_F(ClusterRingTest, ALongSsdRestoreStreamsThroughARingAtTheHome) {
@@ -359,24 +383,11 @@ TEST_F(ClusterGoneClientTest, AClientGoneWhileTheHomeHoldsItsRequestLeavesTheHom
   {
     auto raw = UcxNode::Create();
     ASSERT_TRUE(raw.ok()) << raw.status().ToString();
-    rpc::PeerRestore req;
-    req.set_tenant("t");
-    req.set_keys(serve::EncodeKeys(ssd));
-    *req.mutable_layout() = serve::ToRpc(kLongLayout);
-    req.set_layer_window(2);  // a ring of 3 slots
-    auto r =
-        (*raw)->CallSync(b, kPeerRestore, req.SerializeAsString(), {}, std::chrono::seconds(10));
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    rpc::PeerRestoreReply reply;
-    ASSERT_TRUE(reply.ParseFromString(r->first));
+    const rpc::PeerRestoreReply reply = RawRestore(**raw, b, ssd, 2);  // a ring of 3 slots
     ASSERT_NE(reply.restore_id(), 0u);
     // Layer 5 while the client says it has none: it waits at the home for a slot.
-    rpc::PeerLayer layer;
-    layer.set_restore_id(reply.restore_id());
-    layer.set_layer(5);
-    layer.set_received(0);
-    (*raw)->Call(b, kPeerLayer, layer.SerializeAsString(), {}, std::chrono::seconds(30),
-                 [](Status, std::string, std::string) {});
+    (*raw)->Call(b, kPeerLayer, LayerRequest(reply.restore_id(), 5, 0), {},
+                 std::chrono::seconds(30), [](Status, std::string, std::string) {});
     // B takes a worker's requests in order: once a later one is answered, the layer request is
     // waiting there.
     auto hello = (*raw)->CallSync(b, kPeerHello, rpc::PeerHello().SerializeAsString(), {},
@@ -415,29 +426,14 @@ TEST_F(ClusterRingTest, TheHomeStagesWholeForAClientWithoutAWindowAndHoldsARingT
   ASSERT_TRUE(raw.ok()) << raw.status().ToString();
   const std::string b = AddressOfB();
   const auto timeout = std::chrono::seconds(10);
-  const auto restore = [&](uint32_t window) {
-    rpc::PeerRestore req;
-    req.set_tenant("t");
-    req.set_keys(serve::EncodeKeys(ssd));
-    *req.mutable_layout() = serve::ToRpc(kLongLayout);
-    req.set_layer_window(window);
-    rpc::PeerRestoreReply reply;
-    auto r = (*raw)->CallSync(b, kPeerRestore, req.SerializeAsString(), {}, timeout);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (r.ok()) EXPECT_TRUE(reply.ParseFromString(r->first));
-    return reply;
-  };
+  const auto restore = [&](uint32_t window) { return RawRestore(**raw, b, ssd, window); };
   const auto found = [](const rpc::PeerRestoreReply& r) {
     size_t n = 0;
     for (const auto& b : r.blocks()) n += b.found() ? 1 : 0;
     return n;
   };
   const auto layer = [&](uint64_t id, uint32_t l, uint32_t received) {
-    rpc::PeerLayer req;
-    req.set_restore_id(id);
-    req.set_layer(l);
-    req.set_received(received);
-    return (*raw)->CallSync(b, kPeerLayer, req.SerializeAsString(), {}, timeout);
+    return (*raw)->CallSync(b, kPeerLayer, LayerRequest(id, l, received), {}, timeout);
   };
   const auto end = [&](uint64_t id) {
     rpc::PeerRestoreEnd req;
