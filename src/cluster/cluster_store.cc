@@ -95,11 +95,13 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     req.set_tenant(store_->local_->tenant());
     req.set_keys(serve::EncodeKeys(keys_));
     *req.mutable_layout() = serve::ToRpc(layout_);
-    // The window the home sizes its ring by, ReadSsdLayers keeps, and says which layers it has:
-    // for a layer of every key, the most SSD hits there can be.
-    const uint32_t window =
-        store_->layer_window(keys_.size() * layout_.num_planes * layout_.slice_bytes);
-    req.set_layer_window(window);
+    // The window of layer requests ReadSsdLayers keeps (saying in each which layers it has), at
+    // most that of one SSD hit's layers; the home lowers it for the layer of the SSD hits it
+    // found, as layer_window_bytes allows, and sizes its ring by that.
+    const uint64_t hit_layer = uint64_t{layout_.num_planes} * layout_.slice_bytes;
+    const uint32_t most = store_->layer_window(hit_layer);
+    req.set_layer_window(most);
+    req.set_layer_window_bytes(store_->options_.layer_window_bytes);
     const auto timeout = store_->options_.timeout;
     auto reply =
         store_->ucx_->CallSync(peer->address, kPeerRestore, req.SerializeAsString(), {}, timeout);
@@ -140,6 +142,10 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     std::vector<uint8_t> ssd_ok(ssd.size(), 0);
     std::vector<uint64_t> ssd_sums(ssd.size(), 0);  // BlockChecksum of each, summed as layers land
     if (st.ok() && !ssd.empty()) {
+      // A home that does not say sized its ring by `most`: the window of a layer of every key
+      // (the most SSD hits there can be) is within it.
+      uint32_t window = pinned.layer_window();
+      if (window == 0 || window > most) window = store_->layer_window(keys_.size() * hit_layer);
       st = ReadSsdLayers(*peer, pinned.restore_id(), window, ssd, &ssd_sums);
     }
     // Layers the SSD path did not report (none of its own): report them now, in order.
@@ -185,7 +191,7 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
   }
 
   // Streams the layers of the SSD hits, `most_in_flight` (at least 1) requests at a time (the
-  // window its PeerRestore gave the home), the next layer asked for as each reply arrives; each
+  // window the home sized its ring by), the next layer asked for as each reply arrives; each
   // request says how many leading layers have arrived, so that the home may reuse their buffers
   // (PeerRestore.layer_window). A reply lands in a buffer of the UCX node's; this thread scatters
   // it into the caller's slices, adding each slice's checksum to its hit's sum in `sums` in the
@@ -303,8 +309,7 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
 };
 
 uint32_t ClusterStore::LayerWindow(uint64_t layer_bytes, uint64_t window_bytes) {
-  if (layer_bytes == 0) return kLayerWindow;
-  return static_cast<uint32_t>(std::clamp<uint64_t>(window_bytes / layer_bytes, 2, kLayerWindow));
+  return PeerService::LayerWindow(layer_bytes, window_bytes, kLayerWindow);
 }
 
 ClusterStore::ClusterStore(std::unique_ptr<serve::RemoteStore> local, ClusterClientOptions options)

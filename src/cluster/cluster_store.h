@@ -92,7 +92,9 @@ class ClusterStore final : public Store {
   // PeerLayer requests a remote SSD restore of layers of `layer_bytes` keeps in flight:
   // kLayerWindow, fewer when the layers are large, so that about `window_bytes` at most are on
   // their way (each lands in a buffer of the client's, fresh memory the first time), but never
-  // fewer than two (one landing while the next is sent).
+  // fewer than two (one landing while the next is sent). A restore tells the home the window of
+  // one SSD hit's layer, the most it keeps, and its window_bytes; the home applies them to the
+  // layer of the SSD hits it found (PeerService::LayerWindow).
   static constexpr uint32_t kLayerWindow = 4;
   static uint32_t LayerWindow(uint64_t layer_bytes, uint64_t window_bytes);
   // The same with this client's layer_window_bytes.

@@ -18,6 +18,7 @@
 
 #include "cluster/cluster_node.h"
 #include "cluster/etcd_process.h"
+#include "cluster/peer_service.h"
 #include "serve/daemon.h"
 #include "serve/flatcake_rpc.pb.h"
 #include "serve/rpc_convert.h"
@@ -283,20 +284,45 @@ class ClusterRingTest : public ClusterStoreTest {
     ADD_FAILURE() << "B is not in its own view";
     return {};
   }
-  // A PeerRestore of `keys` from `raw` to B (at `b`), announcing `window`; an empty reply (no
-  // restore id, nothing found) when the call fails.
+  // A PeerRestore of `keys` from `raw` to B (at `b`), announcing `window` and `window_bytes`; an
+  // empty reply (no restore id, nothing found) when the call fails.
   static rpc::PeerRestoreReply RawRestore(UcxNode& raw, const std::string& b,
-                                          const std::vector<Key>& keys, uint32_t window) {
+                                          const std::vector<Key>& keys, uint32_t window,
+                                          uint64_t window_bytes = 0) {
     rpc::PeerRestore req;
     req.set_tenant("t");
     req.set_keys(serve::EncodeKeys(keys));
     *req.mutable_layout() = serve::ToRpc(kLongLayout);
     req.set_layer_window(window);
+    req.set_layer_window_bytes(window_bytes);
     rpc::PeerRestoreReply reply;
     auto r = raw.CallSync(b, kPeerRestore, req.SerializeAsString(), {}, std::chrono::seconds(10));
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     if (r.ok()) EXPECT_TRUE(reply.ParseFromString(r->first));
     return reply;
+  }
+  // Ends restore `id` of `raw`'s at B (at `b`), releasing its staging.
+  static void EndRestore(UcxNode& raw, const std::string& b, uint64_t id) {
+    rpc::PeerRestoreEnd req;
+    req.set_restore_id(id);
+    auto r =
+        raw.CallSync(b, kPeerRestoreEnd, req.SerializeAsString(), {}, std::chrono::seconds(10));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+  }
+  // The blocks `reply` found.
+  static size_t Found(const rpc::PeerRestoreReply& reply) {
+    size_t n = 0;
+    for (const auto& b : reply.blocks()) n += b.found() ? 1 : 0;
+    return n;
+  }
+  // The first `hits` keys of `session` and then keys no one wrote, `total` in all: a batch whose
+  // SSD hits at the home are fewer than its keys.
+  static std::vector<Key> FewHits(const std::vector<Key>& session, size_t hits, size_t total) {
+    std::vector<Key> keys(session.begin(), session.begin() + static_cast<ptrdiff_t>(hits));
+    for (size_t j = hits; j < total; ++j) {
+      keys.push_back(KeyFromString("never-written/" + std::to_string(j)));
+    }
+    return keys;
   }
   // A PeerLayer request for `layer` of restore `id` from a client that has the layers below
   // `received`.
@@ -363,6 +389,61 @@ TEST_F(ClusterTightRingTest, ClientsKeepTheWindowTheyToldTheHome) {
   for (int round = 0; round < 3; ++round) EXPECT_EQ(Restored(*c2, ssd, kLongLayout), kBlocks);
 }
 
+// A batch with fewer SSD hits at the home than keys (misses here, or DRAM hits): the client's
+// window in bytes takes more of their smaller layers, and the home, which alone knows the hits,
+// answers the window it sized its ring by. The client keeps that one: with more requests in
+// flight than the ring was sized for, this tight ring would leave the restore waiting for itself.
+TEST_F(ClusterTightRingTest, AClientKeepsTheWindowTheHomeAnswersForTheHitsItFound) {
+  ClusterClientOptions o;
+  o.layer_window_bytes = kLayerRun;  // two layers of the whole batch, four of a quarter of it
+  o.timeout = std::chrono::seconds(5);
+  auto c = ClientOfA(o);
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(c->layer_window(kLayerRun), 2u);
+  ASSERT_EQ(c->layer_window(kLayerRun / 4), ClusterStore::kLayerWindow);
+  const auto ssd = SessionAtB(*c, "few-");
+  Write(*c, ssd, MediaType::kSsd, kLongLayout);
+  const std::vector<Key> few = FewHits(ssd, kBlocks / 4, kBlocks);
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(Restored(*c, few, kLongLayout), kBlocks / 4);
+    EXPECT_EQ(Restored(*c, ssd, kLongLayout), kBlocks);
+  }
+}
+
+TEST_F(ClusterRingTest, TheHomeAnswersTheWindowForTheSsdHitsItFound) {
+  auto c = ClientOfA();
+  ASSERT_NE(c, nullptr);
+  const auto ssd = SessionAtB(*c, "answer-");
+  const auto dram = SessionAtB(*c, "answer-dram-");
+  Write(*c, ssd, MediaType::kSsd, kLongLayout);
+  Write(*c, dram, MediaType::kDram, kLongLayout);
+  auto raw = UcxNode::Create();
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  const std::string b = AddressOfB();
+  // A quarter of the keys found, on SSD: their layer is a quarter of that of every key.
+  const std::vector<Key> few = FewHits(ssd, kBlocks / 4, kBlocks);
+  const uint64_t hits_layer = kLayerRun / 4;
+  // What the home answers, for a client's window and window bytes.
+  const auto answer = [&](const std::vector<Key>& keys, uint32_t window, uint64_t bytes) {
+    const rpc::PeerRestoreReply reply = RawRestore(**raw, b, keys, window, bytes);
+    EXPECT_EQ(Found(reply), keys == few ? kBlocks / 4 : kBlocks);
+    if (reply.restore_id() != 0) EndRestore(**raw, b, reply.restore_id());
+    return reply.layer_window();
+  };
+  // Window bytes of one layer of every key: two of those, four of the hits'.
+  ASSERT_EQ(ClusterStore::LayerWindow(kLayerRun, kLayerRun), 2u);
+  EXPECT_EQ(answer(few, 4, kLayerRun), 4u);
+  EXPECT_EQ(answer(ssd, 4, kLayerRun), 2u);
+  EXPECT_EQ(answer(few, 4, 3 * hits_layer), 3u);
+  EXPECT_EQ(answer(few, 4, hits_layer), 2u);       // never fewer than two
+  EXPECT_EQ(answer(few, 3, 100 * kLayerRun), 3u);  // never more than the client's
+  EXPECT_EQ(answer(few, 4, 0), 4u);                // no bytes said: the client's window
+  EXPECT_EQ(answer(few, 1000, 0), PeerService::kMaxLayerWindow);
+  // No ring, no window: a client that gave none, or a batch without SSD hits.
+  EXPECT_EQ(answer(few, 0, kLayerRun), 0u);
+  EXPECT_EQ(answer(dram, 4, kLayerRun), 0u);
+}
+
 // A client whose worker goes away while the home holds one of its layer requests (waiting for a
 // slot of the ring): the restore is ended by the home's sweeper after its TTL, which answers the
 // request with an error, to a client that is gone. The home must go on serving the others (it
@@ -415,6 +496,12 @@ TEST(ClusterLayerWindowTest, FewerRequestsInFlightForLargeLayersButNeverFewerTha
   EXPECT_EQ(ClusterStore::LayerWindow(kGiB, bytes), 2u);
   EXPECT_EQ(ClusterStore::LayerWindow(0, bytes), ClusterStore::kLayerWindow);
   EXPECT_EQ(ClusterStore::LayerWindow(8 * kMiB, 0), 2u);
+  // The home's, for a client's window `most`: within it, and that window when below two.
+  EXPECT_EQ(PeerService::LayerWindow(8 * kMiB, bytes, 3), 3u);
+  EXPECT_EQ(PeerService::LayerWindow(8 * kMiB, bytes, 64), 16u);
+  EXPECT_EQ(PeerService::LayerWindow(kGiB, bytes, 64), 2u);
+  EXPECT_EQ(PeerService::LayerWindow(kGiB, bytes, 1), 1u);
+  EXPECT_EQ(PeerService::LayerWindow(0, bytes, 7), 7u);
 }
 
 TEST_F(ClusterRingTest, TheHomeStagesWholeForAClientWithoutAWindowAndHoldsARingToItsWord) {
@@ -427,30 +514,20 @@ TEST_F(ClusterRingTest, TheHomeStagesWholeForAClientWithoutAWindowAndHoldsARingT
   const std::string b = AddressOfB();
   const auto timeout = std::chrono::seconds(10);
   const auto restore = [&](uint32_t window) { return RawRestore(**raw, b, ssd, window); };
-  const auto found = [](const rpc::PeerRestoreReply& r) {
-    size_t n = 0;
-    for (const auto& b : r.blocks()) n += b.found() ? 1 : 0;
-    return n;
-  };
   const auto layer = [&](uint64_t id, uint32_t l, uint32_t received) {
     return (*raw)->CallSync(b, kPeerLayer, LayerRequest(id, l, received), {}, timeout);
   };
-  const auto end = [&](uint64_t id) {
-    rpc::PeerRestoreEnd req;
-    req.set_restore_id(id);
-    auto r = (*raw)->CallSync(b, kPeerRestoreEnd, req.SerializeAsString(), {}, timeout);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-  };
+  const auto end = [&](uint64_t id) { EndRestore(**raw, b, id); };
   // No window: every layer staged at once, so only the leading 18 blocks (4.5 MiB) fit.
   const rpc::PeerRestoreReply whole = restore(0);
-  EXPECT_EQ(found(whole), 18u);
+  EXPECT_EQ(Found(whole), 18u);
   auto last = layer(whole.restore_id(), 31, 0);
   ASSERT_TRUE(last.ok()) << last.status().ToString();
   EXPECT_EQ(last->second.size(), 18u * 2 * 4096);
   end(whole.restore_id());
   // A window: a ring, and every block.
   const rpc::PeerRestoreReply ring = restore(4);
-  ASSERT_EQ(found(ring), kBlocks);
+  ASSERT_EQ(Found(ring), kBlocks);
   for (uint32_t l = 0; l < 7; ++l) {
     auto got = layer(ring.restore_id(), l, l);  // the client has every layer below l
     ASSERT_TRUE(got.ok()) << "layer " << l << ": " << got.status().ToString();

@@ -398,7 +398,12 @@ void PeerService::OnRestore(const std::string& header, UcxNode::Responder respon
     const uint64_t run = ssd_hits * layout.num_planes * layout.slice_bytes;
     r->chunk =
         static_cast<uint32_t>(std::clamp<uint64_t>(options_.ring_chunk_bytes / run, 1, layers));
-    const uint64_t window = std::min(req->layer_window(), kMaxLayerWindow);
+    // The client's window for the layers of the hits found here, not its keys (the most SSD hits
+    // there could be): a batch of mostly DRAM hits or misses streams its few SSD hits' small
+    // layers with its whole window.
+    uint32_t window = std::min(req->layer_window(), kMaxLayerWindow);
+    if (req->layer_window_bytes() > 0) window = LayerWindow(run, req->layer_window_bytes(), window);
+    reply.set_layer_window(window);
     const uint64_t least = uint64_t{kChunksReading} * r->chunk + window - 1;
     r->slots = static_cast<uint32_t>(
         std::min<uint64_t>(layers, std::max(options_.ring_bytes / run, least)));
@@ -462,6 +467,11 @@ void PeerService::OnRestore(const std::string& header, UcxNode::Responder respon
     QueueStart(r);
   }
   respond(Status::OK(), reply.SerializeAsString(), {});
+}
+
+uint32_t PeerService::LayerWindow(uint64_t layer_bytes, uint64_t window_bytes, uint32_t most) {
+  if (layer_bytes == 0 || most < 2) return most;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(window_bytes / layer_bytes, 2, most));
 }
 
 void PeerService::QueueStart(const std::shared_ptr<Restore>& r) {

@@ -84,6 +84,11 @@ class PeerService {
   static constexpr uint32_t kChunksReading = 2;
   // A client's layer window beyond this is taken as this.
   static constexpr uint32_t kMaxLayerWindow = 64;
+  // The layer requests a client keeps in flight for layers of `layer_bytes`: about `window_bytes`
+  // of them, at least two, at most `most` (`most` when layer_bytes is 0; `most` when that is
+  // below two). The client's bound on the replies on their way into its buffers
+  // (PeerRestore.layer_window_bytes), which the home applies to the SSD hits it found.
+  static uint32_t LayerWindow(uint64_t layer_bytes, uint64_t window_bytes, uint32_t most);
 
   // `store`, `ucx`, `ledger` (null: no quotas) and `metrics` (null: none; the peer_* metrics,
   // docs/serve.md) outlive the service.
