@@ -95,13 +95,15 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     req.set_tenant(store_->local_->tenant());
     req.set_keys(serve::EncodeKeys(keys_));
     *req.mutable_layout() = serve::ToRpc(layout_);
-    // The window of layer requests ReadSsdLayers keeps (saying in each which layers it has), at
-    // most that of one SSD hit's layers; the home lowers it for the layer of the SSD hits it
-    // found, as layer_window_bytes allows, and sizes its ring by that.
+    // The window of layer requests ReadSsdLayers keeps (saying in each which layers it has): that
+    // of a layer of every key (the most SSD hits there can be), unless the home answers the one
+    // for the layer of the SSD hits it found, at most that of one SSD hit's layer.
     const uint64_t hit_layer = uint64_t{layout_.num_planes} * layout_.slice_bytes;
+    const uint32_t window = store_->layer_window(keys_.size() * hit_layer);
     const uint32_t most = store_->layer_window(hit_layer);
-    req.set_layer_window(most);
+    req.set_layer_window(window);
     req.set_layer_window_bytes(store_->options_.layer_window_bytes);
+    req.set_layer_window_most(most);
     const auto timeout = store_->options_.timeout;
     auto reply =
         store_->ucx_->CallSync(peer->address, kPeerRestore, req.SerializeAsString(), {}, timeout);
@@ -142,11 +144,10 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
     std::vector<uint8_t> ssd_ok(ssd.size(), 0);
     std::vector<uint64_t> ssd_sums(ssd.size(), 0);  // BlockChecksum of each, summed as layers land
     if (st.ok() && !ssd.empty()) {
-      // A home that does not say sized its ring by `most`: the window of a layer of every key
-      // (the most SSD hits there can be) is within it.
-      uint32_t window = pinned.layer_window();
-      if (window == 0 || window > most) window = store_->layer_window(keys_.size() * hit_layer);
-      st = ReadSsdLayers(*peer, pinned.restore_id(), window, ssd, &ssd_sums);
+      // A home that does not answer sized its ring by the window sent.
+      const uint32_t answered = pinned.layer_window();
+      const bool keep = answered > 0 && answered <= most;
+      st = ReadSsdLayers(*peer, pinned.restore_id(), keep ? answered : window, ssd, &ssd_sums);
     }
     // Layers the SSD path did not report (none of its own): report them now, in order.
     if (st.ok() && ssd.empty()) {

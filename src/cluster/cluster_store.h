@@ -92,9 +92,11 @@ class ClusterStore final : public Store {
   // PeerLayer requests a remote SSD restore of layers of `layer_bytes` keeps in flight:
   // kLayerWindow, fewer when the layers are large, so that about `window_bytes` at most are on
   // their way (each lands in a buffer of the client's, fresh memory the first time), but never
-  // fewer than two (one landing while the next is sent). A restore tells the home the window of
-  // one SSD hit's layer, the most it keeps, and its window_bytes; the home applies them to the
-  // layer of the SSD hits it found (PeerService::LayerWindow).
+  // fewer than two (one landing while the next is sent). A restore tells the home the window of a
+  // layer of every key (the most SSD hits there can be), and the most it would keep (that of one
+  // SSD hit's layer) with its window_bytes: the home applies those to the layer of the SSD hits it
+  // found (PeerService::LayerWindow) and answers the window it sized its ring by, which the client
+  // keeps; a home that does not answer sized its ring by the first.
   static constexpr uint32_t kLayerWindow = 4;
   static uint32_t LayerWindow(uint64_t layer_bytes, uint64_t window_bytes);
   // The same with this client's layer_window_bytes.

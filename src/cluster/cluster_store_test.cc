@@ -284,17 +284,18 @@ class ClusterRingTest : public ClusterStoreTest {
     ADD_FAILURE() << "B is not in its own view";
     return {};
   }
-  // A PeerRestore of `keys` from `raw` to B (at `b`), announcing `window` and `window_bytes`; an
-  // empty reply (no restore id, nothing found) when the call fails.
+  // A PeerRestore of `keys` from `raw` to B (at `b`), announcing `window`, `window_bytes` and
+  // `window_most`; an empty reply (no restore id, nothing found) when the call fails.
   static rpc::PeerRestoreReply RawRestore(UcxNode& raw, const std::string& b,
                                           const std::vector<Key>& keys, uint32_t window,
-                                          uint64_t window_bytes = 0) {
+                                          uint64_t window_bytes = 0, uint32_t window_most = 0) {
     rpc::PeerRestore req;
     req.set_tenant("t");
     req.set_keys(serve::EncodeKeys(keys));
     *req.mutable_layout() = serve::ToRpc(kLongLayout);
     req.set_layer_window(window);
     req.set_layer_window_bytes(window_bytes);
+    req.set_layer_window_most(window_most);
     rpc::PeerRestoreReply reply;
     auto r = raw.CallSync(b, kPeerRestore, req.SerializeAsString(), {}, std::chrono::seconds(10));
     EXPECT_TRUE(r.ok()) << r.status().ToString();
@@ -363,8 +364,9 @@ TEST_F(ClusterRingTest, ALongSsdRestoreStreamsThroughARingAtTheHome) {
   for (std::thread& t : readers) t.join();
 }
 
-// The smallest ring the home makes: chunks of one layer and ring_bytes of one, so the ring is the
-// two chunks reading and the client's window, less one: 5 slots for a window of 4, 3 for 2. A
+// The smallest ring the home makes: for the whole session, chunks of one layer and ring_bytes of
+// one, so the ring is the two chunks reading and the client's window, less one: 5 slots for a
+// window of 4, 3 for 2 (for a quarter of it, chunks of 2 layers: 7 slots for a window of 4). A
 // client that kept more requests in flight than the window it told the home would wait for
 // itself here: its last request would say it has fewer layers than the last chunk needs.
 class ClusterTightRingTest : public ClusterRingTest {
@@ -392,10 +394,12 @@ TEST_F(ClusterTightRingTest, ClientsKeepTheWindowTheyToldTheHome) {
 // A batch with fewer SSD hits at the home than keys (misses here, or DRAM hits): the client's
 // window in bytes takes more of their smaller layers, and the home, which alone knows the hits,
 // answers the window it sized its ring by. The client keeps that one: with more requests in
-// flight than the ring was sized for, this tight ring would leave the restore waiting for itself.
+// flight than the ring was sized for, this tight ring would leave the restore waiting for itself
+// (the whole session: the home answers 2, and a client keeping its most, 4, fails here).
 TEST_F(ClusterTightRingTest, AClientKeepsTheWindowTheHomeAnswersForTheHitsItFound) {
   ClusterClientOptions o;
-  o.layer_window_bytes = kLayerRun;  // two layers of the whole batch, four of a quarter of it
+  o.layer_window_bytes =
+      kLayerRun;  // one layer of the whole batch (a window of 2), four of a quarter
   o.timeout = std::chrono::seconds(5);
   auto c = ClientOfA(o);
   ASSERT_NE(c, nullptr);
@@ -423,25 +427,29 @@ TEST_F(ClusterRingTest, TheHomeAnswersTheWindowForTheSsdHitsItFound) {
   // A quarter of the keys found, on SSD: their layer is a quarter of that of every key.
   const std::vector<Key> few = FewHits(ssd, kBlocks / 4, kBlocks);
   const uint64_t hits_layer = kLayerRun / 4;
-  // What the home answers, for a client's window and window bytes.
-  const auto answer = [&](const std::vector<Key>& keys, uint32_t window, uint64_t bytes) {
-    const rpc::PeerRestoreReply reply = RawRestore(**raw, b, keys, window, bytes);
+  // What the home answers, for a client's window, window bytes and most.
+  const auto answer = [&](const std::vector<Key>& keys, uint32_t window, uint64_t bytes,
+                          uint32_t most) {
+    const rpc::PeerRestoreReply reply = RawRestore(**raw, b, keys, window, bytes, most);
     EXPECT_EQ(Found(reply), keys == few ? kBlocks / 4 : kBlocks);
     if (reply.restore_id() != 0) EndRestore(**raw, b, reply.restore_id());
     return reply.layer_window();
   };
-  // Window bytes of one layer of every key: two of those, four of the hits'.
+  // Window bytes of one layer of every key: the window of those layers is the least, 2; that of
+  // the hits' layers 4.
   ASSERT_EQ(ClusterStore::LayerWindow(kLayerRun, kLayerRun), 2u);
-  EXPECT_EQ(answer(few, 4, kLayerRun), 4u);
-  EXPECT_EQ(answer(ssd, 4, kLayerRun), 2u);
-  EXPECT_EQ(answer(few, 4, 3 * hits_layer), 3u);
-  EXPECT_EQ(answer(few, 4, hits_layer), 2u);       // never fewer than two
-  EXPECT_EQ(answer(few, 3, 100 * kLayerRun), 3u);  // never more than the client's
-  EXPECT_EQ(answer(few, 4, 0), 4u);                // no bytes said: the client's window
-  EXPECT_EQ(answer(few, 1000, 0), PeerService::kMaxLayerWindow);
-  // No ring, no window: a client that gave none, or a batch without SSD hits.
-  EXPECT_EQ(answer(few, 0, kLayerRun), 0u);
-  EXPECT_EQ(answer(dram, 4, kLayerRun), 0u);
+  EXPECT_EQ(answer(few, 2, kLayerRun, 4), 4u);
+  EXPECT_EQ(answer(ssd, 2, kLayerRun, 4), 2u);
+  EXPECT_EQ(answer(few, 2, 3 * hits_layer, 4), 3u);
+  EXPECT_EQ(answer(few, 2, hits_layer, 4), 2u);       // never fewer than two
+  EXPECT_EQ(answer(few, 2, 100 * kLayerRun, 3), 3u);  // never more than the client's most
+  // A client that does not say both: its window (within the most the home takes).
+  EXPECT_EQ(answer(few, 3, 0, 4), 3u);
+  EXPECT_EQ(answer(few, 3, kLayerRun, 0), 3u);
+  EXPECT_EQ(answer(few, 1000, 0, 0), PeerService::kMaxLayerWindow);
+  // No window answered: a client that gave none, or a batch without SSD hits.
+  EXPECT_EQ(answer(few, 0, kLayerRun, 4), 0u);
+  EXPECT_EQ(answer(dram, 2, kLayerRun, 4), 0u);
 }
 
 // A client whose worker goes away while the home holds one of its layer requests (waiting for a

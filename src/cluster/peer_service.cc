@@ -398,11 +398,14 @@ void PeerService::OnRestore(const std::string& header, UcxNode::Responder respon
     const uint64_t run = ssd_hits * layout.num_planes * layout.slice_bytes;
     r->chunk =
         static_cast<uint32_t>(std::clamp<uint64_t>(options_.ring_chunk_bytes / run, 1, layers));
-    // The client's window for the layers of the hits found here, not its keys (the most SSD hits
-    // there could be): a batch of mostly DRAM hits or misses streams its few SSD hits' small
-    // layers with its whole window.
+    // The client's window for the layer of the hits found here, where it says how (not for its
+    // keys, the most SSD hits there could be): a batch of mostly DRAM hits or misses streams its
+    // few SSD hits' small layers with the whole window.
     uint32_t window = std::min(req->layer_window(), kMaxLayerWindow);
-    if (req->layer_window_bytes() > 0) window = LayerWindow(run, req->layer_window_bytes(), window);
+    if (req->layer_window_bytes() > 0 && req->layer_window_most() > 0) {
+      window = LayerWindow(run, req->layer_window_bytes(),
+                           std::min(req->layer_window_most(), kMaxLayerWindow));
+    }
     reply.set_layer_window(window);
     const uint64_t least = uint64_t{kChunksReading} * r->chunk + window - 1;
     r->slots = static_cast<uint32_t>(
