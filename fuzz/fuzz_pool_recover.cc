@@ -88,9 +88,13 @@ std::vector<uint8_t> Served(FlatStore& s, const std::vector<Key>& keys) {
   return r->found;
 }
 
+// Made once per process. Removed at exit (libFuzzer ends its runs through exit()), with its
+// directory in /dev/shm: memory, which a run that left it would keep from every later one. A
+// crashing input aborts, leaving the pool for a look.
 Pool& ThePool() {
   static Pool* pool = [] {
     auto* p = new Pool;
+    std::atexit([] { delete pool; });
     auto s = OpenStore(p->options);
     if (s == nullptr || !Put(*s, {p->keys.begin(), p->keys.begin() + 16}, "a") ||
         !Put(*s, {p->keys.begin() + 16, p->keys.end()}, "b")) {
