@@ -169,7 +169,15 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
       }
     }
     if (!st.ok()) return Finish(std::move(out));  // the home died or timed out: all misses
-    // Verify every block here: what crossed the network is what was stored.
+    Verify(pinned, ssd_ok, ssd_sums, &out);
+    Finish(std::move(out));
+  }
+
+  // Verifies every block the home found, here: what crossed the network is what was stored. The
+  // SSD hits (in key order) by the home's word that each was read whole (`ssd_ok`) and the sums of
+  // their slices' checksums taken as they landed (`ssd_sums`), the DRAM hits by a pass over them.
+  void Verify(const rpc::PeerRestoreReply& pinned, const std::vector<uint8_t>& ssd_ok,
+              const std::vector<uint64_t>& ssd_sums, GetResult* out) const {
     size_t next_ssd = 0;
     for (uint32_t i = 0; i < keys_.size(); ++i) {
       const rpc::BlockLocation& b = pinned.blocks(static_cast<int>(i));
@@ -180,15 +188,14 @@ class ClusterStore::RemoteRestore final : public RestoreHandle {
       const uint64_t sum = from_ssd ? ssd_sums[next_ssd++] : BlockChecksum(Buffers(), layout_, i);
       if (ok && sum != b.checksum()) {
         ok = false;
-        out.corrupt++;
+        out->corrupt++;
       }
       if (!ok) continue;
-      out.found[i] = 1;
-      out.hits++;
-      (from_ssd ? out.bytes_from_ssd : out.bytes_from_dram) += layout_.block_bytes();
+      out->found[i] = 1;
+      out->hits++;
+      (from_ssd ? out->bytes_from_ssd : out->bytes_from_dram) += layout_.block_bytes();
     }
-    while (out.leading_hits < keys_.size() && out.found[out.leading_hits]) out.leading_hits++;
-    Finish(std::move(out));
+    while (out->leading_hits < keys_.size() && out->found[out->leading_hits]) out->leading_hits++;
   }
 
   // Streams the layers of the SSD hits, `most_in_flight` (at least 1) requests at a time (the

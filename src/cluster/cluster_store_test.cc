@@ -397,9 +397,9 @@ TEST_F(ClusterTightRingTest, ClientsKeepTheWindowTheyToldTheHome) {
 // flight than the ring was sized for, this tight ring would leave the restore waiting for itself
 // (the whole session: the home answers 2, and a client keeping its most, 4, fails here).
 TEST_F(ClusterTightRingTest, AClientKeepsTheWindowTheHomeAnswersForTheHitsItFound) {
+  // Window bytes of one layer of the whole batch (a window of 2), four of a quarter of it.
   ClusterClientOptions o;
-  o.layer_window_bytes =
-      kLayerRun;  // one layer of the whole batch (a window of 2), four of a quarter
+  o.layer_window_bytes = kLayerRun;
   o.timeout = std::chrono::seconds(5);
   auto c = ClientOfA(o);
   ASSERT_NE(c, nullptr);
@@ -525,14 +525,13 @@ TEST_F(ClusterRingTest, TheHomeStagesWholeForAClientWithoutAWindowAndHoldsARingT
   const auto layer = [&](uint64_t id, uint32_t l, uint32_t received) {
     return (*raw)->CallSync(b, kPeerLayer, LayerRequest(id, l, received), {}, timeout);
   };
-  const auto end = [&](uint64_t id) { EndRestore(**raw, b, id); };
   // No window: every layer staged at once, so only the leading 18 blocks (4.5 MiB) fit.
   const rpc::PeerRestoreReply whole = restore(0);
   EXPECT_EQ(Found(whole), 18u);
   auto last = layer(whole.restore_id(), 31, 0);
   ASSERT_TRUE(last.ok()) << last.status().ToString();
   EXPECT_EQ(last->second.size(), 18u * 2 * 4096);
-  end(whole.restore_id());
+  EndRestore(**raw, b, whole.restore_id());
   // A window: a ring, and every block.
   const rpc::PeerRestoreReply ring = restore(4);
   ASSERT_EQ(Found(ring), kBlocks);
@@ -545,7 +544,7 @@ TEST_F(ClusterRingTest, TheHomeStagesWholeForAClientWithoutAWindowAndHoldsARingT
   // client said it had: asking for layer 0 again is refused, not answered with layer 7's bytes.
   auto again = layer(ring.restore_id(), 0, 6);
   EXPECT_EQ(again.status().code(), StatusCode::kInvalidArgument) << again.status().ToString();
-  end(ring.restore_id());
+  EndRestore(**raw, b, ring.restore_id());
 }
 
 }  // namespace

@@ -383,35 +383,9 @@ void PeerService::OnRestore(const std::string& header, UcxNode::Responder respon
   r->pin = pin->id;
   r->from_node = req->from_node();
   r->layout = layout;
-  // The staging: a slot per layer, or a ring of a few chunks' layers for a client that says
-  // which layers it has (a short restore fits whole either way). The ring holds the chunks
-  // reading and the client's window beyond them: the client asks for layer l once it has
-  // l - window, saying it has the layers below l - window + 1, and the chunk holding l may start
-  // only once the client has the layers its slots held. With fewer slots than a chunk and the
-  // window, a restore could wait for itself.
   size_t ssd_hits = 0;
   for (const PinnedHit& h : pin->hits) ssd_hits += h.medium == MediaType::kSsd ? 1 : 0;
-  const uint32_t layers = layout.num_layers;
-  r->chunk = layers;
-  r->slots = layers;
-  if (req->layer_window() > 0 && ssd_hits > 0) {
-    const uint64_t run = ssd_hits * layout.num_planes * layout.slice_bytes;
-    r->chunk =
-        static_cast<uint32_t>(std::clamp<uint64_t>(options_.ring_chunk_bytes / run, 1, layers));
-    // The client's window for the layer of the hits found here, where it says how (not for its
-    // keys, the most SSD hits there could be): a batch of mostly DRAM hits or misses streams its
-    // few SSD hits' small layers with the whole window.
-    uint32_t window = std::min(req->layer_window(), kMaxLayerWindow);
-    if (req->layer_window_bytes() > 0 && req->layer_window_most() > 0) {
-      window = LayerWindow(run, req->layer_window_bytes(),
-                           std::min(req->layer_window_most(), kMaxLayerWindow));
-    }
-    reply.set_layer_window(window);
-    const uint64_t least = uint64_t{kChunksReading} * r->chunk + window - 1;
-    r->slots = static_cast<uint32_t>(
-        std::min<uint64_t>(layers, std::max(options_.ring_bytes / run, least)));
-    if (!r->ring()) r->chunk = layers;  // it all fits: one restore
-  }
+  reply.set_layer_window(SizeStaging(*req, ssd_hits, r.get()));
   // The SSD hits the staging can take: the leading ones, in key order; the rest are misses.
   const uint64_t per_hit = uint64_t{r->slots} * layout.num_planes * layout.slice_bytes;
   size_t ssd_room = 0;
@@ -470,6 +444,36 @@ void PeerService::OnRestore(const std::string& header, UcxNode::Responder respon
     QueueStart(r);
   }
   respond(Status::OK(), reply.SerializeAsString(), {});
+}
+
+uint32_t PeerService::SizeStaging(const rpc::PeerRestore& req, size_t ssd_hits, Restore* r) const {
+  // A slot per layer, or a ring of a few chunks' layers for a client that says which layers it
+  // has (a short restore fits whole either way). The ring holds the chunks reading and the
+  // client's window beyond them: the client asks for layer l once it has l - window, saying it
+  // has the layers below l - window + 1, and the chunk holding l may start only once the client
+  // has the layers its slots held. With fewer slots than a chunk and the window, a restore could
+  // wait for itself.
+  const KvLayout& layout = r->layout;
+  const uint32_t layers = layout.num_layers;
+  r->chunk = layers;
+  r->slots = layers;
+  if (req.layer_window() == 0 || ssd_hits == 0) return 0;
+  const uint64_t run = ssd_hits * layout.num_planes * layout.slice_bytes;
+  r->chunk =
+      static_cast<uint32_t>(std::clamp<uint64_t>(options_.ring_chunk_bytes / run, 1, layers));
+  // The client's window for the layer of the hits found here, where it says how (not for its
+  // keys, the most SSD hits there could be): a batch of mostly DRAM hits or misses streams its
+  // few SSD hits' small layers with the whole window.
+  uint32_t window = std::min(req.layer_window(), kMaxLayerWindow);
+  if (req.layer_window_bytes() > 0 && req.layer_window_most() > 0) {
+    window = LayerWindow(run, req.layer_window_bytes(),
+                         std::min(req.layer_window_most(), kMaxLayerWindow));
+  }
+  const uint64_t least = uint64_t{kChunksReading} * r->chunk + window - 1;
+  r->slots =
+      static_cast<uint32_t>(std::min<uint64_t>(layers, std::max(options_.ring_bytes / run, least)));
+  if (!r->ring()) r->chunk = layers;  // it all fits: one restore
+  return window;
 }
 
 uint32_t PeerService::LayerWindow(uint64_t layer_bytes, uint64_t window_bytes, uint32_t most) {

@@ -45,6 +45,10 @@
 #include "store/flat_store.h"
 #include "util/thread_annotations.h"
 
+namespace flatcake::rpc {
+class PeerRestore;
+}  // namespace flatcake::rpc
+
 namespace flatcake::cluster {
 
 // UcxNode handler ids of the peer requests.
@@ -130,6 +134,9 @@ class PeerService {
                                const KvLayout& layout, const BlockBuffers& src,
                                const WriteHints& hints);
   void OnRestore(const std::string& header, UcxNode::Responder respond) EXCLUDES(mu_);
+  // Sets r's chunk and slots (r->layout set) for `ssd_hits` found, by the window `req` asks for;
+  // returns that window (PeerRestoreReply.layer_window), 0 without a ring.
+  uint32_t SizeStaging(const rpc::PeerRestore& req, size_t ssd_hits, Restore* r) const;
   void OnLayer(const std::string& header, UcxNode::Responder respond) EXCLUDES(mu_);
   void OnRestoreEnd(const std::string& header, UcxNode::Responder respond) EXCLUDES(mu_);
   // Queues r for the starter thread (StartLoop), unless it is queued already.
