@@ -39,6 +39,8 @@ __all__ = [
     "PutResult",
     "RestoreHandle",
     "Store",
+    "__version__",
+    "build_info",
     "connect",
     "default_options",
     "gpu_probe",
@@ -90,6 +92,16 @@ def parse_size(value: Any, name: str = "size") -> int:
     if not number.is_integer():
         raise ValueError(f"option '{name}': {value!r} is not a whole number of bytes")
     return int(number)
+
+
+def build_info() -> dict:
+    """What this build of the extension has, as ``flatcake info`` prints it: ``version``,
+    ``io_uring``, ``cuda_kernels``, ``serve`` (``connect``), ``cluster``, ``metrics`` (booleans)
+    and ``gpu_kernels``, the kernels library a GPU would load (empty without the kernels)."""
+    return dict(_core.build_info())
+
+
+__version__ = _core.build_info()["version"]
 
 
 def option_names() -> list:

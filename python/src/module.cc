@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "baseline/tiered_store_adapter.h"
+#include "core/build_info.h"
 #include "core/option_table.h"
 #include "flatcake/layout.h"
 #include "flatcake/store.h"
@@ -480,6 +481,22 @@ void BindModuleFunctions(pyb::module_& m) {
     if (!k.ok()) py::RaiseStatus(k.status());
     return flatcake::PointersPerBlock(*k, layout);
   });
+  m.def(
+      "build_info",
+      [] {
+        const flatcake::BuildInfo b = flatcake::GetBuildInfo();
+        pyb::dict d;
+        d["version"] = b.version;
+        d["io_uring"] = b.io_uring;
+        d["cuda_kernels"] = b.cuda_kernels;
+        d["serve"] = b.serve;
+        d["cluster"] = b.cluster;
+        d["metrics"] = b.metrics;
+        d["gpu_kernels"] = b.gpu_kernels;
+        return d;
+      },
+      "What this build has: version, io_uring, cuda_kernels, serve, cluster, metrics, and the "
+      "GPU kernels library a GPU would load (as `flatcake info` prints them).");
   m.def(
       "key_hex",
       [](const std::string& text) { return flatcake::KeyToHex(flatcake::KeyFromString(text)); },

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/report_format.h"
 #include "cli/store_flags.h"
+#include "core/build_info.h"
 #include "flatcake/store.h"
 #include "gpu/device.h"
 
@@ -19,6 +20,29 @@ struct InfoArgs {
   bool json = false;
 };
 
+nlohmann::json BuildJson(const BuildInfo& b) {
+  return {{"version", b.version},           {"io_uring", b.io_uring},
+          {"cuda_kernels", b.cuda_kernels}, {"serve", b.serve},
+          {"cluster", b.cluster},           {"metrics", b.metrics},
+          {"gpu_kernels", b.gpu_kernels}};
+}
+
+// "io_uring, daemon, ...; without CUDA kernels" style: what the build has and lacks.
+std::string BuildParts(const BuildInfo& b) {
+  const std::pair<bool, const char*> parts[] = {{b.io_uring, "io_uring"},
+                                                {b.cuda_kernels, "CUDA kernels"},
+                                                {b.serve, "daemon"},
+                                                {b.cluster, "cluster (UCX)"},
+                                                {b.metrics, "Prometheus endpoint"}};
+  std::string has, lacks;
+  for (const auto& [built, name] : parts) {
+    std::string& list = built ? has : lacks;
+    list += list.empty() ? name : std::string(", ") + name;
+  }
+  return (has.empty() ? std::string("none of its optional parts") : has) +
+         (lacks.empty() ? "" : "; without " + lacks);
+}
+
 void PrintJson(const StoreInfo& info, const StoreStats& st, const gpu::GpuProbe& gpu) {
   std::printf(
       "{\"dram_capacity_bytes\": %lu, \"ssd_capacity_bytes\": %lu, \"ssd_files\": %u, "
@@ -27,7 +51,7 @@ void PrintJson(const StoreInfo& info, const StoreStats& st, const gpu::GpuProbe&
       "\"recovered_blocks\": %lu, \"recovered_bytes\": %lu, \"skipped_records\": %lu, "
       "\"recovery_read_bytes\": %lu, \"recovery_s\": %.6f, \"journal_bytes\": %lu, "
       "\"io_engine\": \"%s\", \"dram_page_mode\": \"%s\", \"dram_backing\": \"%s\", "
-      "\"gpu_mode\": \"%s\", \"gpu_reason\": %s, \"gpu_device\": %s}\n",
+      "\"gpu_mode\": \"%s\", \"gpu_reason\": %s, \"gpu_device\": %s, \"build\": %s}\n",
       static_cast<unsigned long>(st.dram.capacity_bytes),
       static_cast<unsigned long>(st.ssd.capacity_bytes), info.ssd_files,
       info.ssd_durable ? "true" : "false", info.journal_path.c_str(), info.sync_mode.c_str(),
@@ -40,7 +64,7 @@ void PrintJson(const StoreInfo& info, const StoreStats& st, const gpu::GpuProbe&
       static_cast<unsigned long>(st.journal_bytes), info.io_engine.c_str(),
       info.dram_page_mode.c_str(), info.dram_backing.c_str(),
       std::string(gpu::GpuModeName(gpu.mode)).c_str(), nlohmann::json(gpu.reason).dump().c_str(),
-      nlohmann::json(gpu.device).dump().c_str());
+      nlohmann::json(gpu.device).dump().c_str(), BuildJson(GetBuildInfo()).dump().c_str());
 }
 
 int RunInfo(InfoArgs& a) {
@@ -61,7 +85,10 @@ int RunInfo(InfoArgs& a) {
     PrintJson(info, st, gpu);
     return 0;
   }
-  std::printf("FlatCake store, node %u\n", o.node_id);
+  const BuildInfo build = GetBuildInfo();
+  std::printf("FlatCake %s store, node %u\n", build.version, o.node_id);
+  std::printf("build         : %s\n", BuildParts(build).c_str());
+  if (build.cuda_kernels) std::printf("  GPU kernels : %s\n", build.gpu_kernels.c_str());
   std::printf("DRAM medium   : %s, pages: %s, backing: %s\n",
               st.dram.capacity_bytes ? FormatBytes(st.dram.capacity_bytes).c_str() : "disabled",
               info.dram_page_mode.c_str(), info.dram_backing.c_str());

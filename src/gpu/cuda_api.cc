@@ -2,7 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 
 namespace flatcake::gpu {
@@ -101,15 +103,61 @@ bool BuiltWithCudaKernels() {
 #endif
 }
 
+#ifdef FLATCAKE_GPU_KERNELS_PATH
+namespace {
+
+constexpr const char* kKernelsFile = "libflatcake_gpu_kernels.so";
+
+// The directories of the images that may carry the kernels beside them: the one this code is
+// linked into (dladdr: the Python extension, libflatcake.so, or the executable) and the
+// executable itself.
+std::vector<std::filesystem::path> ImageDirectories() {
+  std::vector<std::filesystem::path> dirs;
+  std::error_code ec;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&KernelsLibraryCandidates), &info) != 0 &&
+      info.dli_fname != nullptr && info.dli_fname[0] == '/') {
+    const auto image = std::filesystem::canonical(info.dli_fname, ec);
+    if (!ec) dirs.push_back(image.parent_path());
+  }
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) dirs.push_back(exe.parent_path());
+  return dirs;
+}
+
+}  // namespace
+#endif
+
+std::vector<std::string> KernelsLibraryCandidates() {
+  std::vector<std::string> out;
+#ifdef FLATCAKE_GPU_KERNELS_PATH
+  auto add = [&out](const std::filesystem::path& p) {
+    std::string s = p.lexically_normal().string();
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
+  };
+  for (const auto& dir : ImageDirectories()) {
+    add(dir / kKernelsFile);
+    add(dir / "flatcake" / kKernelsFile);  // libflatcake.so in an install's library directory
+    add(dir.parent_path() / "lib" / "flatcake" / kKernelsFile);
+#ifdef FLATCAKE_INSTALL_LIBDIR
+    add(dir.parent_path() / FLATCAKE_INSTALL_LIBDIR / "flatcake" / kKernelsFile);
+#endif
+  }
+  add(FLATCAKE_GPU_KERNELS_PATH);
+#endif
+  return out;
+}
+
 std::string KernelsLibraryPath() {
   if (const char* env = std::getenv("FLATCAKE_GPU_KERNELS"); env != nullptr && *env != '\0') {
     return env;
   }
-#ifdef FLATCAKE_GPU_KERNELS_PATH
-  return FLATCAKE_GPU_KERNELS_PATH;
-#else
-  return "";
-#endif
+  const std::vector<std::string> candidates = KernelsLibraryCandidates();
+  for (const std::string& c : candidates) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(c, ec)) return c;
+  }
+  return candidates.empty() ? std::string() : candidates.back();
 }
 
 Result<const CudaLibraries*> LoadCudaLibraries() {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "flatcake/status.h"
 
@@ -116,9 +117,16 @@ struct CudaLibraries {
   CuFileApi cufile{};
 };
 
-// Where the kernels library is looked for: FLATCAKE_GPU_KERNELS, else the build tree's path
-// compiled in (when the build has the CUDA part), else "libflatcake_gpu_kernels.so" on the
-// loader's search path. Empty when the build has no CUDA part and the variable is unset.
+// Where the kernels library is looked for, when the build has the CUDA part: beside the binary or
+// shared object this code is linked into (the build tree; the Python package, next to its
+// extension), in flatcake/ below it (libflatcake.so in an install's library directory), in
+// lib/flatcake/ of the prefix above it (an install's or a wheel's bin/), then
+// at the build tree's path compiled in. In that order, each once; directories the loader cannot
+// name are left out. Empty when the build has no CUDA part.
+std::vector<std::string> KernelsLibraryCandidates();
+// The kernels library to load: FLATCAKE_GPU_KERNELS when set, else the first of the candidates
+// that exists, else the last candidate (so that the error names where it was expected). Empty
+// when the build has no CUDA part and the variable is unset.
 std::string KernelsLibraryPath();
 // Whether this build compiled the kernels (FLATCAKE_CUDA found nvcc).
 bool BuiltWithCudaKernels();

@@ -107,6 +107,10 @@ std::vector<fs::path> SearchDirs() {
   if (!ec) {
     dirs.push_back(exe.parent_path() / "profiles");
     dirs.push_back(exe.parent_path().parent_path() / "profiles");
+    // An install's bin/flatcake: <prefix>/share/flatcake/profiles; a wheel's keeps them in
+    // <prefix>/lib/flatcake/profiles, a folder of its own that `pip uninstall` removes whole.
+    dirs.push_back(exe.parent_path().parent_path() / "share" / "flatcake" / "profiles");
+    dirs.push_back(exe.parent_path().parent_path() / "lib" / "flatcake" / "profiles");
   }
   dirs.emplace_back("profiles");
 #ifdef FLATCAKE_SOURCE_DIR

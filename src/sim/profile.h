@@ -105,8 +105,10 @@ struct SimProfile {
 };
 
 // Loads a profile by name (profiles/NAME.json, searched in $FLATCAKE_PROFILES, next to the
-// executable's ../profiles and profiles/, and the source tree's profiles/) or by path (a name
-// containing '/' or ending in .json). Corruption names the file and field on a malformed one.
+// executable's ../profiles and profiles/, in an install's ../share/flatcake/profiles and a wheel's
+// ../lib/flatcake/profiles, in the working directory's profiles/, and the source tree's profiles/)
+// or by path (a name containing '/' or ending in .json). Corruption names the file and field on a
+// malformed one.
 Result<SimProfile> LoadProfile(std::string_view name_or_path);
 // Parses a profile from JSON text; `origin` names it in errors. With `require_sources`, every
 // number must carry a non-empty "source".
