@@ -8,7 +8,8 @@ packages=(
   libcli11-dev nlohmann-json3-dev libtbb-dev libprotobuf-dev protobuf-compiler
   libtomlplusplus-dev prometheus-cpp-dev etcd-server etcd-client
   libucx-dev ucx-utils
-  pybind11-dev python3-dev python3-torch python3-numpy python3-pytest
+  pybind11-dev python3-dev python3-torch python3-numpy python3-pytest python3-pip python3-venv
+  systemd
   clang clang-format clang-tidy lld libfuzzer-14-dev gnuplot-nox
 )
 missing=()

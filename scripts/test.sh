@@ -3,8 +3,9 @@
 # concurrency tests (labels stress and concurrent) again under ThreadSanitizer, the whole suite
 # again built with clang under AddressSanitizer and UndefinedBehaviorSanitizer (thread-safety
 # analysis as errors), with a short run of each libFuzzer target and its regression inputs, the
-# Python suite (pytest), and the clang-format check (clang-tidy with --tidy). docs/reliability.md
-# says what each tree covers.
+# installed package's tests (scripts/test-install.sh: the wheel in a venv with the Python suite
+# run there, `cmake --install` with a C++ consumer, the systemd unit), and the clang-format
+# check (clang-tidy with --tidy). docs/reliability.md says what each tree covers.
 #
 #   scripts/test.sh [--tidy]   --tidy: also clang-tidy over every source (about 5 minutes on the
 #                              2-core VM; without it the run stays within CI's 30-minute budget)
@@ -15,7 +16,7 @@ for arg in "$@"; do
   case "$arg" in
     --tidy) tidy=1 ;;
     -h | --help)
-      sed -n '2,10p' "$0"
+      sed -n '2,11p' "$0"
       exit 0
       ;;
     *)
@@ -79,10 +80,10 @@ clang_targets=$(cd build-clang && ctest -N | sed -n 's/^ *Test *#[0-9]*: //p' |
 cmake --build build-clang -j"$(nproc)" --target flatcake_store flatcake_eval $clang_targets
 (cd build-clang && ctest -j"$(nproc)" --output-on-failure --timeout 900)
 
-if [[ -d python/tests ]]; then
-  stage "pytest"
-  PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q python/tests
-fi
+stage "installed: wheel in a venv (pytest there), cmake --install, consumer, systemd unit"
+# The Python suite runs against the wheel installed into a fresh venv, from outside the source
+# tree; the wheel and the install reuse build/ (scripts/test-install.sh, docs/install.md).
+scripts/test-install.sh build
 
 stage "clang-format"
 scripts/check-format.sh

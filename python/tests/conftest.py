@@ -1,4 +1,9 @@
-"""Shared fixtures. Run as: PYTHONPATH=<build>/python /usr/bin/python3 -m pytest python/tests"""
+"""Shared fixtures. The suite tests the installed package and tool (scripts/test-install.sh makes
+a virtual environment with the wheel in it and runs the suite from there):
+
+    pip install --no-build-isolation .          # into the environment, then from anywhere:
+    python -m pytest -q <repo>/python/tests     # `flatcake` on PATH, or FLATCAKE_BIN=<path>
+"""
 
 import os
 import shutil
@@ -19,7 +24,22 @@ sys.path.insert(0, os.path.join(HERE, "sglang_standin"))
 # vllm_standin/README.md); test_vllm_connector.py checks the fallback in a subprocess.
 sys.path.insert(0, os.path.join(HERE, "vllm_standin"))
 REPO = os.path.dirname(os.path.dirname(HERE))
-FLATCAKE_BIN = os.environ.get("FLATCAKE_BIN", os.path.join(REPO, "build", "flatcake"))
+# The tool under test: FLATCAKE_BIN, else the `flatcake` the package installed on PATH.
+FLATCAKE_BIN = os.environ.get("FLATCAKE_BIN") or shutil.which("flatcake") or ""
+
+
+def flatcake_bin() -> str:
+    """FLATCAKE_BIN, failing the calling test clearly when there is none."""
+    assert FLATCAKE_BIN and os.access(FLATCAKE_BIN, os.X_OK), (
+        "no `flatcake` executable: install the package (pip install .) into this environment "
+        f"or set FLATCAKE_BIN (found {FLATCAKE_BIN!r})")
+    return FLATCAKE_BIN
+
+
+def pytest_report_header(config):
+    import flatcake  # noqa: PLC0415 (after the stand-ins' paths above)
+    return [f"flatcake {flatcake.__version__}: package {os.path.dirname(flatcake.__file__)}, "
+            f"tool {FLATCAKE_BIN or '(none on PATH)'}"]
 
 
 @pytest.fixture
@@ -37,7 +57,7 @@ def daemon(tmp_path):
     ssd.mkdir()
     sock = str(tmp_path / "flatcake.sock")
     log = open(tmp_path / "serve.log", "w")
-    proc = subprocess.Popen([FLATCAKE_BIN, "serve", "--socket", sock, "--dram-bytes", "32M",
+    proc = subprocess.Popen([flatcake_bin(), "serve", "--socket", sock, "--dram-bytes", "32M",
                              "--ssd-dir", str(ssd), "--ssd-bytes", "128M", "--ssd-file-bytes",
                              "16M"], stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 20

@@ -13,16 +13,15 @@ import os
 import subprocess
 
 import pytest
+from conftest import flatcake_bin
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-BIN = os.environ.get("FLATCAKE_BIN", os.path.join(REPO, "build", "flatcake"))
 TRACES = os.path.join(REPO, "..", "shared", "traces")
 
 
 def run(*args, timeout=300):
-    assert os.access(BIN, os.X_OK), f"{BIN} is not built (scripts/build.sh builds it)"
     return subprocess.run(
-        [BIN, *args], capture_output=True, text=True, timeout=timeout, check=False
+        [flatcake_bin(), *args], capture_output=True, text=True, timeout=timeout, check=False
     )
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import flatcake
-from conftest import FLATCAKE_BIN
+from conftest import flatcake_bin
 
 pytestmark = pytest.mark.skipif(
     not getattr(flatcake._core, "has_daemon_client", False) or shutil.which("etcd") is None,
@@ -28,7 +28,7 @@ def free_port():
 
 
 def status(url):
-    out = subprocess.run([FLATCAKE_BIN, "cluster", "status", "--etcd", url, "--cluster", "py",
+    out = subprocess.run([flatcake_bin(), "cluster", "status", "--etcd", url, "--cluster", "py",
                           "--json"], capture_output=True, text=True, timeout=30)
     return json.loads(out.stdout) if out.returncode == 0 else None
 
@@ -53,7 +53,7 @@ def cluster(tmp_path):
         sockets[name] = str(tmp_path / f"{name}.sock")
         log = open(tmp_path / f"{name}.log", "w")
         procs.append(subprocess.Popen(
-            [FLATCAKE_BIN, "serve", "--socket", sockets[name], "--dram-bytes", "32M",
+            [flatcake_bin(), "serve", "--socket", sockets[name], "--dram-bytes", "32M",
              "--ssd-dir", str(pool), "--ssd-bytes", "128M", "--ssd-file-bytes", "16M",
              "--etcd", url, "--cluster", "py", "--node-name", name, "--lease-ttl", "2"],
             stdout=log, stderr=subprocess.STDOUT))

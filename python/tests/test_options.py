@@ -4,24 +4,20 @@ default that differs between them fails here."""
 
 import json
 import math
-import os
 import subprocess
 
 import pytest
 
 import flatcake
 import flatcake.sglang
-
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-BIN = os.environ.get("FLATCAKE_BIN", os.path.join(REPO, "build", "flatcake"))
+from conftest import flatcake_bin
 
 SPECS = flatcake.option_specs()
 BY_NAME = {row["name"]: row for row in SPECS}
 
 
 def cli(*args):
-    assert os.access(BIN, os.X_OK), f"{BIN} is not built (scripts/build.sh builds it)"
-    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run([flatcake_bin(), *args], capture_output=True, text=True, timeout=60, check=False)
 
 
 def default_from_text(row):
