@@ -183,7 +183,7 @@ Status SsdFilePool::OpenFiles(const Options& o, uint64_t nfiles, uint64_t physic
     const int base_flags = O_CREAT | O_RDWR | O_CLOEXEC;
     int fd = -1;
     if (geo.direct) {
-      fd = open_file(path.c_str(), base_flags | O_DIRECT, 0644);
+      fd = open_file(path.c_str(), base_flags | O_DIRECT, kFileMode);
       if (fd < 0 && errno == EINVAL && o.direct_io == DirectIoMode::kAuto) {
         geo.direct = false;
         note_ = "O_DIRECT refused on '" + path + "'; using buffered I/O for the SSD pool";
@@ -193,7 +193,7 @@ Status SsdFilePool::OpenFiles(const Options& o, uint64_t nfiles, uint64_t physic
         return Status::Unsupported("O_DIRECT refused on '" + path + "' (direct_io=on)");
       }
     }
-    if (fd < 0) fd = open_file(path.c_str(), base_flags, 0644);
+    if (fd < 0) fd = open_file(path.c_str(), base_flags, kFileMode);
     if (fd < 0) return Status::FromErrno(errno, "open SSD pool file '" + path + "'");
     if (is_new) created->push_back(path);
     fds_.push_back(fd);

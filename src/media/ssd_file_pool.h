@@ -67,6 +67,10 @@ class SsdPoolFiles {
 class SsdFilePool {
  public:
   static constexpr uint64_t kAlignment = 4096;
+  // The mode new pool files are created with, less the process's umask. Every process that
+  // attaches (the node daemon's clients, possibly of other users in the daemon's group) opens
+  // them read-write itself; nobody else may read them, since they hold every tenant's blocks.
+  static constexpr mode_t kFileMode = 0660;
 
   struct Options {
     std::vector<std::string> dirs;

@@ -74,6 +74,23 @@ TEST(SsdFilePool, AnotherProcessOpensTheFilesFromTheGeometry) {
   EXPECT_TRUE(SsdFilePool::OpenFiles(missing).status().IsNotFound());
 }
 
+TEST(SsdFilePool, FilesAreGroupReadWriteLessTheUmaskAndClosedToOthers) {
+  // The daemon's clients of other users in its group open the files O_RDWR; under the systemd
+  // unit's UMask=0007 the files are 0660, under the common 0022 0640.
+  for (const mode_t mask : {mode_t{0007}, mode_t{0022}}) {
+    TempDir dir;
+    const mode_t old = ::umask(mask);
+    auto pool = SsdFilePool::Create(PoolOptions({dir.path()}));
+    ::umask(old);
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    for (const std::string& p : (*pool)->paths()) {
+      struct stat st {};
+      ASSERT_EQ(stat(p.c_str(), &st), 0);
+      EXPECT_EQ(st.st_mode & 0777, 0660 & ~mask) << p;
+    }
+  }
+}
+
 TEST(SsdFilePool, SmallExtentsShareFilesAndNoneSpansTwo) {
   TempDir a;
   auto pool = SsdFilePool::Create(PoolOptions({a.path()}));  // 8 files of 1 MiB
