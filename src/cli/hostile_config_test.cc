@@ -15,8 +15,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +22,7 @@
 #include "flatcake/store.h"
 #include "store/pool_check.h"
 #include "testing/child_process.h"
+#include "testing/command_run.h"
 #include "testing/durable_pool_model.h"
 #include "util/block_content.h"
 #include "util/temp_dir.h"
@@ -35,17 +34,7 @@ constexpr KvLayout kLayout{2, 2, 4096};  // 16 KiB blocks
 constexpr uint64_t kBlocks = 24;
 constexpr uint64_t kNs = 0x4057;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-struct CommandRun {
-  int status = -1;
-  std::string out, err;
-};
+using testing::CommandRun;
 
 // Runs `flatcake args...` (through bash when `ulimit` is given: `ulimit -n N; exec ...`).
 CommandRun Flatcake(const TempDir& scratch, std::vector<std::string> args, int ulimit_n = 0) {
@@ -56,14 +45,7 @@ CommandRun Flatcake(const TempDir& scratch, std::vector<std::string> args, int u
     for (const std::string& a : argv) cmd += " '" + a + "'";
     argv = {"/bin/bash", "-c", cmd};
   }
-  const std::string err = scratch.File("stderr-" + std::to_string(::getpid()) + ".txt");
-  ::unlink(err.c_str());
-  testing::Child child(argv, err);
-  CommandRun r;
-  r.out = child.ReadAll();
-  r.status = child.Wait(std::chrono::seconds(60));
-  r.err = ReadFile(err);
-  return r;
+  return testing::RunProcess(argv, scratch.File("stderr-" + std::to_string(::getpid()) + ".txt"));
 }
 
 // The pool every test uses (testing::SmallDurablePool): 4 MiB in four 1 MiB files, a 2 MiB
@@ -180,7 +162,7 @@ TEST_F(HostileConfigTest, ReadOnlyPoolDirectoryIsRefusedAndLeftIntact) {
         scratch_.File("setpriv.txt"));
     (void)child.ReadAll();
     EXPECT_EQ(child.Wait(), 2);
-    EXPECT_TRUE(Contains(ReadFile(scratch_.File("setpriv.txt")), "is not writable"));
+    EXPECT_TRUE(Contains(testing::ReadWholeFile(scratch_.File("setpriv.txt")), "is not writable"));
     ASSERT_EQ(::chmod(pool_.path().c_str(), 0700), 0);
   }
   ExpectIntact(pool_.path(), Keys(0, kBlocks));
@@ -329,8 +311,8 @@ TEST_F(HostileConfigTest, TwoDaemonsRacingForOnePoolOneWinsTheOtherSaysWhy) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   std::string log_a, log_b;
   while (std::chrono::steady_clock::now() < deadline) {
-    log_a = ReadFile(scratch_.File("a.sock.log"));
-    log_b = ReadFile(scratch_.File("b.sock.log"));
+    log_a = testing::ReadWholeFile(scratch_.File("a.sock.log"));
+    log_b = testing::ReadWholeFile(scratch_.File("b.sock.log"));
     if ((Contains(log_a, "Busy") || Contains(log_b, "Busy")) &&
         (Contains(log_a, "listening on") || Contains(log_b, "listening on"))) {
       break;
