@@ -231,15 +231,6 @@ Result<E> ParseName(std::string_view option, const std::array<std::string_view, 
   return static_cast<E>(i);
 }
 
-std::string FormatSize(uint64_t bytes) {
-  static constexpr std::pair<uint64_t, std::string_view> kUnits[] = {
-      {kGiB * 1024, "TiB"}, {kGiB, "GiB"}, {kMiB, "MiB"}, {kKiB, "KiB"}};
-  for (const auto& [unit, suffix] : kUnits) {
-    if (bytes != 0 && bytes % unit == 0) return std::to_string(bytes / unit) + std::string(suffix);
-  }
-  return std::to_string(bytes);
-}
-
 std::string FormatDouble(double v) {
   char buf[32];
   const auto r = std::to_chars(buf, buf + sizeof(buf), v);
@@ -300,7 +291,7 @@ std::string OptionRangeText(const OptionSpec& spec) {
     case OptionKind::kSize:
     case OptionKind::kCount: {
       const auto number = [&](uint64_t v) {
-        return spec.kind == OptionKind::kSize ? FormatSize(v) : std::to_string(v);
+        return spec.kind == OptionKind::kSize ? FormatSizeText(v) : std::to_string(v);
       };
       const uint64_t max = OptionMax(spec);
       std::string out;
@@ -413,7 +404,7 @@ Status SetOption(const OptionSpec& spec, const OptionValue& value, StoreOptions*
 
 std::string FormatOption(const OptionSpec& spec, const OptionValue& value) {
   if (const uint64_t* v = std::get_if<uint64_t>(&value)) {
-    return spec.kind == OptionKind::kSize ? FormatSize(*v) : std::to_string(*v);
+    return spec.kind == OptionKind::kSize ? FormatSizeText(*v) : std::to_string(*v);
   }
   if (const double* v = std::get_if<double>(&value)) return FormatDouble(*v);
   if (const bool* v = std::get_if<bool>(&value)) return *v ? "true" : "false";
@@ -462,6 +453,15 @@ Status SetOptionFromText(const OptionSpec& spec, std::string_view text, StoreOpt
     case OptionKind::kPathList: return SetOption(spec, SplitPathList(text), options);
   }
   return Status::InvalidArgument(name + ": unknown option kind");
+}
+
+std::string FormatSizeText(uint64_t bytes) {
+  static constexpr std::pair<uint64_t, std::string_view> kUnits[] = {
+      {kGiB * 1024, "TiB"}, {kGiB, "GiB"}, {kMiB, "MiB"}, {kKiB, "KiB"}};
+  for (const auto& [unit, suffix] : kUnits) {
+    if (bytes != 0 && bytes % unit == 0) return std::to_string(bytes / unit) + std::string(suffix);
+  }
+  return std::to_string(bytes);
 }
 
 Result<uint64_t> ParseSizeText(std::string_view text, std::string_view what) {

@@ -106,6 +106,9 @@ Status SetOptionFromText(const OptionSpec& spec, std::string_view text, StoreOpt
 // M, MB, MiB; G, GB, GiB; T, TB, TiB (all powers of 1024, as the CLI's size flags take them).
 // InvalidArgument, naming `what`, for anything else or a value past 2^64 - 1.
 Result<uint64_t> ParseSizeText(std::string_view text, std::string_view what);
+// A byte count in the largest binary unit that divides it ("256MiB", "3TiB", "4097"), as
+// FormatOption prints sizes; ParseSizeText reads it back.
+std::string FormatSizeText(uint64_t bytes);
 // "a, b,,c" -> {"a", "b", "c"}: split at commas, spaces and tabs trimmed, empty entries dropped.
 std::vector<std::string> SplitPathList(std::string_view text);
 

@@ -510,6 +510,34 @@ Status ValidateServeConfig(const ServeConfig& config) {
   return ValidateStoreOptions(config.store).WithContext("store");
 }
 
+std::string DescribeServeConfig(const ServeConfig& config) {
+  const auto ids = [](const auto& list) {
+    std::string out;
+    for (const auto id : list) out += (out.empty() ? "" : ",") + std::to_string(id);
+    return out.empty() ? std::string("-") : out;
+  };
+  const StoreOptions& store = config.store;
+  std::string out = "socket " + config.socket_path + " (mode " + FileModeText(config.socket_mode) +
+                    "), allow uids " + ids(config.allow.uids) + " gids " + ids(config.allow.gids);
+  out +=
+      ", dram " + (store.dram_bytes == 0 ? std::string("off") : FormatSizeText(store.dram_bytes));
+  if (store.dram_bytes != 0 && !store.dram_path.empty()) out += " (file " + store.dram_path + ")";
+  if (store.ssd_dirs.empty()) {
+    out += ", ssd off";
+  } else {
+    const size_t dirs = store.ssd_dirs.size();
+    out += ", ssd " + FormatSizeText(store.ssd_bytes) + " in " + std::to_string(dirs) +
+           (dirs == 1 ? " dir (" : " dirs (") + FormatSizeText(store.ssd_file_bytes) +
+           " files, sync " + std::string(SyncModeName(store.sync)) + ")";
+  }
+  out += ", metrics " + (config.metrics_addr.empty() ? std::string("none") : config.metrics_addr);
+  out += config.etcd.empty() ? ", one node" : ", cluster " + config.cluster + " at " + config.etcd;
+  const size_t tenants = config.tenants.size();
+  out += ", " + std::to_string(tenants) + (tenants == 1 ? " tenant quota" : " tenant quotas");
+  out += ", max_clients " + std::to_string(config.max_clients);
+  return out + ", log " + std::string(LogLevelName(config.log_level));
+}
+
 std::string RenderServeConfigToml() {
   const ServeConfig defaults;
   std::string out =

@@ -124,6 +124,11 @@ std::string FileModeText(mode_t mode);
 // InvalidArgument naming the setting otherwise.
 Status ValidateServeConfig(const ServeConfig& config);
 
+// One line of what `config` runs, for `flatcake serve --check-config`: "socket PATH (mode 0600),
+// allow uids 1000 gids -, dram 32GiB, ssd 2TiB in 2 dirs (1GiB files, sync interval), metrics
+// none, one node, 1 tenant quota, max_clients 256, log info".
+std::string DescribeServeConfig(const ServeConfig& config);
+
 // A TOML document of every setting with its default and its help, the store's from the option
 // table: docs/serve.example.toml (serve_config_test fails when that file differs from it).
 // Parsing it gives ServeConfig{}.

@@ -319,6 +319,31 @@ TEST(ServeConfig, WholeConfigChecks) {
       << ValidateServeConfig(c).ToString();
 }
 
+TEST(ServeConfig, DescribesWhatItRunsOnOneLine) {
+  ServeConfig c;
+  c.socket_path = "/run/flatcake/flatcake.sock";
+  c.allow = {{7}, {}};
+  c.store.dram_bytes = 0;
+  c.store.ssd_dirs = {"/var/lib/flatcake"};
+  c.store.ssd_bytes = 3 * kGiB * 1024;
+  c.store.ssd_file_bytes = kGiB;
+  c.etcd = "http://10.0.0.1:2379";
+  c.tenants["a"] = {};
+  c.tenants["b"] = {};
+  EXPECT_EQ(DescribeServeConfig(c),
+            "socket /run/flatcake/flatcake.sock (mode 0600), allow uids 7 gids -, dram off, ssd "
+            "3TiB in 1 dir (1GiB files, sync interval), metrics none, cluster default at "
+            "http://10.0.0.1:2379, 2 tenant quotas, max_clients 256, log info");
+  c.store.dram_bytes = 100 * kMiB + 1;
+  c.store.ssd_dirs.clear();
+  c.allow = {{}, {0, 2000}};
+  c.etcd.clear();
+  const std::string line = DescribeServeConfig(c);
+  EXPECT_NE(line.find("allow uids - gids 0,2000, dram 104857601, ssd off"), std::string::npos)
+      << line;
+  EXPECT_NE(line.find(", one node,"), std::string::npos) << line;
+}
+
 TEST(ServeConfig, TheRenderedExampleParsesToTheDefaults) {
   const std::string text = RenderServeConfigToml();
   const Result<ServeConfig> r = ParseServeConfig(text, "rendered");
