@@ -2,9 +2,11 @@
 // (--config, serve/serve_config.h) with the given flags over it, serves the store on a Unix
 // socket to the engine processes of the node (serve/daemon.h), optionally with a Prometheus
 // endpoint (--metrics-addr, serve/metrics.h), and runs in the foreground, logging to stderr,
-// until SIGTERM or SIGINT, which shut it down cleanly (exit 0). A second daemon on the same
-// socket or pool is refused (exit 1, naming the holder). `--check-config FILE` only checks the
-// configuration serve would run with and exits: 0 with a summary, 2 naming what is wrong.
+// until SIGTERM or SIGINT, which shut it down cleanly (exit 0). Started by systemd with
+// Type=notify, it says READY=1 once clients can connect (serve/service_notify.h). A second
+// daemon on the same socket or pool is refused (exit 1, naming the holder). `--check-config
+// FILE` only checks the configuration serve would run with and exits: 0 with a summary, 2
+// naming what is wrong.
 #include <pthread.h>
 #include <signal.h>
 
@@ -22,6 +24,7 @@
 #include "serve/metrics_observer.h"
 #include "serve/serve_config.h"
 #include "serve/serve_log.h"
+#include "serve/service_notify.h"
 
 namespace flatcake::cli {
 namespace {
@@ -169,10 +172,20 @@ int RunServe(ServeArgs& a) {
       return ReportStatus("serve", st.WithContext("joining cluster " + config->cluster));
     }
   }
+  // Clients can connect from here on: a service manager that waits for this (systemd's
+  // Type=notify) starts the units ordered after us now, not when the process started.
+  const Status ready =
+      serve::NotifyServiceManager("READY=1\nSTATUS=serving on " + config->socket_path);
+  if (!ready.ok()) {
+    serve::Logf(serve::LogLevel::kWarning, "cannot tell the service manager that we are ready: %s",
+                ready.ToString().c_str());
+  }
   int sig = 0;
   while (sigwait(&stop, &sig) != 0) {
   }
   serve::Logf(serve::LogLevel::kInfo, "%s received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  // A failure to notify was logged with READY=1 already.
+  (void)serve::NotifyServiceManager("STOPPING=1");
   if (node != nullptr) node->Leave();  // out of the cluster before the store closes
   if (metrics != nullptr) serve::UnwatchDaemon(metrics.get());
   (*daemon)->Shutdown();

@@ -5,10 +5,16 @@
 // creates nothing (no socket, lock, pool file, arena file or directory), also beside a daemon
 // serving that very configuration; an invalid value, or a missing file, exits 2 with the message
 // serve itself gives; the flags given with it are merged over the file as serve merges them.
+//
+// Type=notify: READY=1 to $NOTIFY_SOCKET once the socket listens, STOPPING=1 at SIGTERM.
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include <chrono>
 #include <fstream>
@@ -20,6 +26,7 @@
 #include "testing/child_process.h"
 #include "testing/command_run.h"
 #include "util/temp_dir.h"
+#include "util/unique_fd.h"
 
 namespace flatcake::cli {
 namespace {
@@ -183,6 +190,53 @@ TEST_F(ServeSystemdTest, FlagsGivenWithItAreMergedOverTheFileAsServeMergesThem) 
   EXPECT_EQ(Serve({"--check-config", config, "--print-config"}).status, 2);
   struct stat st {};
   EXPECT_NE(::stat(Path("s.sock").c_str(), &st), 0);
+}
+
+// The service manager's end of $NOTIFY_SOCKET: a datagram socket at a path.
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::string& path) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    path.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
+    fd_.reset(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (::bind(fd_.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) fd_.reset();
+  }
+  bool ok() const { return fd_.valid(); }
+  // The next message within `seconds`; empty when none came.
+  std::string Receive(int seconds) {
+    pollfd p{fd_.get(), POLLIN, 0};
+    if (::poll(&p, 1, seconds * 1000) != 1) return "";
+    char buf[512];
+    const ssize_t n = ::recv(fd_.get(), buf, sizeof(buf), 0);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+  }
+
+ private:
+  UniqueFd fd_;
+};
+
+TEST_F(ServeSystemdTest, TellsTheServiceManagerWhenItServesAndWhenItStops) {
+  ASSERT_EQ(::mkdir(Path("run").c_str(), 0700), 0);
+  ASSERT_EQ(::mkdir(Path("shm").c_str(), 0700), 0);
+  const std::string config = WriteConfig(SocketLine());
+  NotifySocket manager(logs_.File("notify.sock"));
+  ASSERT_TRUE(manager.ok());
+  // The child inherits the variable, as from systemd.
+  ::setenv("NOTIFY_SOCKET", logs_.File("notify.sock").c_str(), 1);
+  const std::string log = logs_.File("daemon.txt");
+  testing::Child daemon({FLATCAKE_BINARY, "serve", "--config", config}, log);
+  ::unsetenv("NOTIFY_SOCKET");
+  const std::string ready = manager.Receive(30);
+  EXPECT_EQ(ready, "READY=1\nSTATUS=serving on " + Path("run/flatcake.sock")) << ReadWholeFile(log);
+  // Ready means a client can connect now: the socket is there.
+  struct stat st {};
+  EXPECT_EQ(::stat(Path("run/flatcake.sock").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  daemon.Kill(SIGTERM);
+  EXPECT_EQ(manager.Receive(30), "STOPPING=1");
+  EXPECT_EQ(daemon.Wait(), 0) << ReadWholeFile(log);
+  EXPECT_NE(::stat(Path("run/flatcake.sock").c_str(), &st), 0) << "the socket stays";
 }
 
 }  // namespace
