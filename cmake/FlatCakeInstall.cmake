@@ -9,7 +9,8 @@
 #   P/bin/flatcake                            the tool and node daemon (`flatcake serve`)
 #   P/share/flatcake/profiles/                the simulator's profiles (`flatcake simulate`)
 #   P/lib/systemd/system/flatcake.service     the daemon's unit, its ExecStart naming P/bin
-#   P/lib/sysusers.d/flatcake.conf            its system user, where packaging/systemd has one
+#   P/lib/sysusers.d/flatcake.conf            its system user
+#   P/share/doc/flatcake/node.toml            the unit's example /etc/flatcake/node.toml
 # The Python package is installed by pip (pyproject.toml), from the component `python` below,
 # which a plain `cmake --install` leaves out.
 include(CMakePackageConfigHelpers)
@@ -74,16 +75,14 @@ install(FILES ${PROJECT_BINARY_DIR}/flatcake.pc DESTINATION ${CMAKE_INSTALL_LIBD
 # The daemon's systemd unit, its binary's path made the installed one: written at install time,
 # when the prefix (`--prefix`) is known.
 set(flatcake_unit ${PROJECT_SOURCE_DIR}/packaging/systemd/flatcake.service)
-if(EXISTS ${flatcake_unit})
-  set(unit_out ${PROJECT_BINARY_DIR}/packaging/flatcake.service)
-  install(CODE "
-    file(READ \"${flatcake_unit}\" unit_text)
-    string(REPLACE \"/usr/bin/flatcake\" \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}/flatcake\"
-      unit_text \"\${unit_text}\")
-    file(WRITE \"${unit_out}\" \"\${unit_text}\")" COMPONENT service)
-  install(FILES ${unit_out} DESTINATION lib/systemd/system COMPONENT service)
-endif()
-if(EXISTS ${PROJECT_SOURCE_DIR}/packaging/systemd/flatcake.sysusers)
-  install(FILES ${PROJECT_SOURCE_DIR}/packaging/systemd/flatcake.sysusers
-    DESTINATION lib/sysusers.d RENAME flatcake.conf COMPONENT service)
-endif()
+set(unit_out ${PROJECT_BINARY_DIR}/packaging/flatcake.service)
+install(CODE "
+  file(READ \"${flatcake_unit}\" unit_text)
+  string(REPLACE \"/usr/bin/flatcake\" \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}/flatcake\"
+    unit_text \"\${unit_text}\")
+  file(WRITE \"${unit_out}\" \"\${unit_text}\")" COMPONENT service)
+install(FILES ${unit_out} DESTINATION lib/systemd/system COMPONENT service)
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/systemd/flatcake.sysusers
+  DESTINATION lib/sysusers.d RENAME flatcake.conf COMPONENT service)
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/systemd/node.toml
+  DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT service)

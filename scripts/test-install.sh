@@ -4,12 +4,12 @@
 #      installed into a fresh `python3 -m venv --system-site-packages` (Debian's torch and pytest
 #      come from the system); the Python suite, the SGLang and vLLM stand-in tests and the CLI
 #      tests run from that environment, outside the source tree, with no PYTHONPATH;
-#      `pip uninstall flatcake` then leaves the environment as it was, file for file;
 #   2. `cmake --install` into a temporary prefix: the files the checks name, the C++ consumer in
 #      examples/consumer/ built against it with find_package and run (shared and static), and
 #      the same source built with pkg-config;
 #   3. scripts/check-service.sh: `systemd-analyze verify` on the installed unit, and its command
-#      lines run by hand with a client connecting.
+#      lines run by hand with clients connecting (its own, and the venv's Python package);
+#   4. `pip uninstall flatcake` then leaves the venv as it was, file for file.
 #
 #   scripts/test-install.sh [BUILD_DIR]   BUILD_DIR: a configured Release tree to reuse for the
 #                                         wheel and the install (default build/, as
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 case "${1:-}" in
   -h | --help)
-    sed -n '2,18p' "$0"
+    sed -n '2,17p' "$0"
     exit 0
     ;;
 esac
@@ -59,14 +59,6 @@ print("   ", flatcake.sglang.FlatCakeStorage, flatcake.vllm.FlatCakeConnector)'
   python -m pytest -q -p no:cacheprovider "$repo/python/tests"
 )
 
-step "pip uninstall removes every file it installed"
-"$tmp/venv/bin/python" -m pip uninstall --quiet --yes flatcake
-(cd "$tmp/venv" && find . | sort) >"$tmp/venv-after.txt"
-if ! diff "$tmp/venv-before.txt" "$tmp/venv-after.txt"; then
-  echo "test-install.sh: pip uninstall left the files above (> lines)" >&2
-  exit 1
-fi
-
 step "cmake --install into a prefix"
 prefix=$tmp/prefix
 cmake --install "$build" --prefix "$prefix" >/dev/null
@@ -102,9 +94,35 @@ g++ -o "$tmp/consumer-pc" examples/consumer/main.cc \
   -Wl,-rpath,"$prefix/lib"
 "$tmp/consumer-pc"
 
-if [[ -x scripts/check-service.sh ]]; then
-  step "the systemd unit: verified, its command lines run by hand, a client connected"
-  cmake --install "$build" --prefix "$prefix" --component service >/dev/null
-  scripts/check-service.sh "$prefix/bin/flatcake" --unit "$prefix/lib/systemd/system/flatcake.service"
+step "the systemd unit: verified, its command lines run by hand, clients connecting"
+cmake --install "$build" --prefix "$prefix" --component service >/dev/null
+# Beside check-service.sh's own client (`flatcake soak --client`), the installed Python package
+# connects as an engine process would, and round-trips a batch through both media.
+cat >"$tmp/service_client.py" <<'PY'
+import os, flatcake, torch
+layout = flatcake.KvLayout(4, 2, 4096)
+keys = [f"service-check/{i}" for i in range(8)]
+src = [torch.randint(0, 256, (layout.block_bytes,), dtype=torch.uint8) for _ in keys]
+with flatcake.connect(os.environ["FLATCAKE_SOCKET"], tenant="service-check") as store:
+    assert store.put(keys[:4], layout, src[:4], force_medium="dram").written == 4
+    assert store.put(keys[4:], layout, src[4:], force_medium="ssd").written == 4
+    dst = [torch.zeros(layout.block_bytes, dtype=torch.uint8) for _ in keys]
+    got = store.get(keys, layout, dst)
+    assert got.hits == 8 and got.bytes_from_ssd == 4 * layout.block_bytes, got
+    assert all(torch.equal(a, b) for a, b in zip(src, dst))
+print(f"service-check client: 8 blocks byte-exact through {os.environ['FLATCAKE_SOCKET']}")
+PY
+scripts/check-service.sh --unit "$prefix/lib/systemd/system/flatcake.service" \
+  --sysusers "$prefix/lib/sysusers.d/flatcake.conf" \
+  --example "$prefix/share/doc/flatcake/node.toml" \
+  --client "$tmp/venv/bin/python $tmp/service_client.py" "$prefix/bin/flatcake"
+
+step "pip uninstall removes every file it installed"
+"$tmp/venv/bin/python" -m pip uninstall --quiet --yes flatcake
+(cd "$tmp/venv" && find . | sort) >"$tmp/venv-after.txt"
+if ! diff "$tmp/venv-before.txt" "$tmp/venv-after.txt"; then
+  echo "test-install.sh: pip uninstall left the files above (> lines)" >&2
+  exit 1
 fi
+
 step "passed"

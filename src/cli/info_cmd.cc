@@ -39,8 +39,8 @@ std::string BuildParts(const BuildInfo& b) {
     std::string& list = built ? has : lacks;
     list += list.empty() ? name : std::string(", ") + name;
   }
-  return (has.empty() ? std::string("none of its optional parts") : has) +
-         (lacks.empty() ? "" : "; without " + lacks);
+  if (has.empty()) return "without " + lacks;
+  return lacks.empty() ? has : has + "; without " + lacks;
 }
 
 void PrintJson(const StoreInfo& info, const StoreStats& st, const gpu::GpuProbe& gpu) {
