@@ -329,6 +329,47 @@ TEST_F(FlatStoreTest, FullDramSpillsToSsdAndReclaimsOldestScopesFirst) {
   EXPECT_EQ(s.dram.written_bytes, s.dram.admitted_bytes);
 }
 
+TEST_F(FlatStoreTest, ABatchLargerThanTheWatermarkReclaimMakesRoomForItself) {
+  // A DRAM-only store of 128 blocks, 120 of them in one-block scopes. A batch of 40 needs more
+  // than the watermark reclaim frees (down to 85%: 108 blocks used, 20 free) and, with nowhere
+  // to spill, reclaims the oldest scopes until it fits, rather than fail with NoSpace.
+  StoreOptions o = SmallOptions(dir_.path());
+  o.ssd_dirs.clear();
+  auto opened = FlatStore::OpenWithEngine(o, nullptr);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  store_ = std::move(*opened);
+  std::vector<std::vector<Key>> small;
+  for (int i = 0; i < 120; ++i) {
+    small.push_back(MakeKeys(500 + i, 0, 1));
+    WriteHints h;
+    h.session = "small-" + std::to_string(i);
+    ASSERT_EQ(PutKeys(small.back(), MediaType::kDram, h).written, 1u);
+  }
+  const auto big = MakeKeys(700, 0, 40);
+  WriteHints h;
+  h.session = "big";
+  EXPECT_EQ(PutKeys(big, MediaType::kDram, h).written, 40u);
+  EXPECT_EQ(GetAndVerify(big), 40u);
+  // The oldest scopes went, whole; the newest stayed.
+  EXPECT_EQ(store_->Exists(small.front()), 0u);
+  EXPECT_EQ(store_->Exists(small.back()), 1u);
+  for (const auto& k : small) {
+    if (store_->Exists(k) == 1) EXPECT_EQ(GetAndVerify(k), 1u);
+  }
+  // A batch larger than the medium still fails, clearly, having reclaimed only what the
+  // watermark asks (whole scopes down to 85%), not everything (it cannot fit whatever is
+  // freed); the store keeps serving what it holds.
+  HostBlocks src(kLayout, 200);
+  const auto huge = MakeKeys(900, 0, 200);
+  src.Fill(huge);
+  WriteHints force;
+  force.force_medium = MediaType::kDram;
+  auto r = store_->Put(huge, kLayout, src.buffers(), force);
+  EXPECT_TRUE(r.status().IsNoSpace()) << r.status().ToString();
+  EXPECT_GT(store_->GetStats().dram.used_bytes, o.dram_bytes / 2);
+  EXPECT_EQ(GetAndVerify(small.back()), 1u);
+}
+
 TEST_F(FlatStoreTest, SmallScopesShareSsdFilesAndFullSsdReclaimsWholeScopes) {
   // 64 MiB of SSD in 4 MiB files; each scope of 8 blocks is 1 MiB, so four share a file and 40
   // fit without any reclamation (were a scope to own whole files, only 16 would).

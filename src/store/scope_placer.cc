@@ -114,6 +114,16 @@ Status ScopePlacer::PlaceBatch(const WriteHints& hints, std::span<const Key> key
       Reclaim(medium, low, id);
       st = AllocateSegments(id, n, segs);
     }
+    // With nowhere to spill to, a batch larger than the watermark reclaim freed makes room for
+    // itself: unpinned scopes are reclaimed down to what it leaves room for, then, if the free
+    // space is too scattered, all of them; it fails only when nothing more can be freed. A
+    // batch larger than the medium reclaims nothing: it cannot fit whatever is freed.
+    const bool can_spill = medium == MediaType::kDram && host_.MediumEnabled(MediaType::kSsd);
+    const uint64_t need = SegmentLayout(layout, n).Bytes();
+    for (const uint64_t target : {cap - std::min(cap, need), uint64_t{0}}) {
+      if (!st.IsNoSpace() || can_spill || need > cap) break;
+      if (Reclaim(medium, target, id) > 0) st = AllocateSegments(id, n, segs);
+    }
     if (st.ok()) {
       if (!host_.TryPinScope(id, s.scope_gen[mi])) {
         return Status::Aborted("scope vanished during placement");
