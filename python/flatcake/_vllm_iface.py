@@ -2,26 +2,66 @@
 
 It has the names, signatures and default behaviour of
 ``vllm/distributed/kv_transfer/kv_connector/v1/base.py`` at vLLM commit
-``003df2961dd8830c317a61f9745ccd557da9fa06`` (``KVConnectorRole``, ``KVConnectorMetadata``,
-``KVConnectorBase_V1``) so that ``flatcake.vllm`` imports and behaves the same with or without
-vLLM. With vLLM installed, ``flatcake.vllm`` subclasses vLLM's own classes instead and this
-module is not used. What the connector relies on from the real class:
+``00f4240ee6458263d76cf51ca7901ce1350bb4d1`` so that ``flatcake.vllm`` imports and behaves the
+same with or without vLLM. With vLLM installed, ``flatcake.vllm`` subclasses vLLM's own classes
+instead and this module is not used. What the connector relies on from the real class:
 
 - ``__init__(vllm_config, role, kv_cache_config)`` keeps ``_vllm_config``,
   ``_kv_transfer_config`` (``ValueError`` when ``vllm_config.kv_transfer_config`` is None),
-  ``_kv_cache_config`` and ``_role``;
+  ``_kv_cache_config``, ``_kv_cache_manager`` (None until ``bind_kv_cache_manager``) and
+  ``_role``;
 - the model runner calls ``bind_connector_metadata`` before each step and
   ``clear_connector_metadata`` after it; ``_get_connector_metadata`` asserts one is bound;
-- the six abstract methods (worker: ``start_load_kv``, ``wait_for_layer_load``,
+- the seven abstract methods (worker: ``start_load_kv``, ``wait_for_layer_load``,
   ``save_kv_layer``, ``wait_for_save``; scheduler: ``get_num_new_matched_tokens``,
-  ``update_state_after_alloc``, ``build_connector_meta``) and the defaults of the rest.
+  ``update_state_after_alloc``, ``build_connector_meta``);
+- every other member with vLLM's default, since vLLM's scheduler and workers call them
+  unconditionally: ``get_transfer_results`` wraps ``get_finished``; ``requires_kv_delivery`` is
+  the producer role; ``has_pending_block_frees``, ``has_pending_push_work``,
+  ``supports_divergent_local_hybrid_hits`` and the prefix-replay pair answer False;
+  ``bind_kv_cache_manager`` binds the manager's block pool.
+
+vLLM 00f4240e no longer has ``prefer_cross_layer_blocks``, ``register_cross_layers_kv_cache``
+or the EAGLE prefix-hash publication API (``set_eagle_prefix_cache_hashing``); neither has this.
 """
 
 from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Set, Tuple
+
+# (src caches, dst caches, src block ids, dst block ids, "h2d" or "d2h")
+CopyBlocksOp = Callable[[Dict[str, Any], Dict[str, Any], List[int], List[int],
+                         Literal["h2d", "d2h"]], None]
+
+
+@dataclass
+class KVConnectorTransferResults:
+    """A worker's finished asynchronous transfers of one step; a failed receive is also in
+    ``finished_recving``."""
+
+    finished_sending: Set[str] = field(default_factory=set)
+    finished_recving: Set[str] = field(default_factory=set)
+    failed_recving: Set[str] = field(default_factory=set)
+    # request id -> (transfer id, exclusive token boundary, prompt digest)
+    prefix_replay_checkpoints: Dict[str, Tuple[str, int, str]] = field(default_factory=dict)
+
+
+class SupportsHMA(ABC):
+    """A connector that works with vLLM's hybrid KV cache manager (several KV cache groups)."""
+
+    @abstractmethod
+    def request_finished_all_groups(self, request: Any, block_ids: Tuple[List[int], ...]
+                                    ) -> Tuple[bool, Optional[dict]]:
+        raise NotImplementedError
+
+
+def supports_hma(connector: Any) -> bool:
+    if isinstance(connector, type):
+        return issubclass(connector, SupportsHMA)
+    return isinstance(connector, SupportsHMA)
 
 
 class KVConnectorRole(enum.Enum):
@@ -29,8 +69,19 @@ class KVConnectorRole(enum.Enum):
     WORKER = 1  # the connector of each worker process
 
 
+class KVConnectorHandshakeMetadata(ABC):  # noqa: B024 - vLLM's is an ABC without abstract methods
+    """Out-of-band hand-shake data between prefill and decode workers."""
+
+
 class KVConnectorMetadata(ABC):  # noqa: B024 - vLLM's is an ABC without abstract methods
     """What the scheduler-side connector sends to the worker-side connectors each step."""
+
+
+class KVConnectorWorkerMetadata(ABC):
+    """What each worker-side connector sends back to the scheduler each step."""
+
+    @abstractmethod
+    def aggregate(self, other: "KVConnectorWorkerMetadata") -> "KVConnectorWorkerMetadata": ...
 
 
 class KVConnectorBase_V1(ABC):  # noqa: N801 - vLLM's name
@@ -43,25 +94,25 @@ class KVConnectorBase_V1(ABC):  # noqa: N801 - vLLM's name
         self._vllm_config = vllm_config
         self._kv_transfer_config = vllm_config.kv_transfer_config
         self._kv_cache_config = kv_cache_config
+        self._kv_cache_manager: Any = None
         self._role = role
-        self.use_eagle_prefix_cache_hashing = False
 
     @property
     def role(self) -> KVConnectorRole:
         return self._role
 
     @property
-    def prefer_cross_layer_blocks(self) -> bool:
+    def supports_divergent_local_hybrid_hits(self) -> bool:
         return False
 
     @property
     def requires_kv_delivery(self) -> bool:
         return self._kv_transfer_config.is_kv_producer
 
-    def set_eagle_prefix_cache_hashing(self, enabled: bool) -> None:
-        self.use_eagle_prefix_cache_hashing = enabled
-
     # --- worker side --------------------------------------------------------------------------
+    def get_mem_pool_context(self) -> Any:
+        return None
+
     def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
         self._connector_metadata = connector_metadata
 
@@ -76,6 +127,15 @@ class KVConnectorBase_V1(ABC):  # noqa: N801 - vLLM's name
         return self._connector_metadata is not None
 
     def register_kv_caches(self, kv_caches: dict) -> None:
+        return
+
+    def set_host_xfer_buffer_ops(self, copy_operation: CopyBlocksOp) -> None:
+        return
+
+    def finish_forward(self) -> None:
+        return
+
+    def reset_capture_state(self) -> None:
         return
 
     def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
@@ -97,13 +157,37 @@ class KVConnectorBase_V1(ABC):  # noqa: N801 - vLLM's name
     def get_finished(self, finished_req_ids: set) -> tuple:
         return None, None
 
+    def get_transfer_results(self, finished_req_ids: set) -> KVConnectorTransferResults:
+        sending, recving = self.get_finished(finished_req_ids)
+        return KVConnectorTransferResults(finished_sending=set(sending or ()),
+                                          finished_recving=set(recving or ()))
+
     def get_block_ids_with_load_errors(self) -> set:
         return set()
 
     def shutdown(self) -> None:
         return None
 
+    def get_kv_connector_stats(self) -> Any:
+        return None
+
+    def get_kv_connector_kv_cache_events(self) -> Any:
+        return None
+
+    def get_handshake_metadata(self) -> Optional[KVConnectorHandshakeMetadata]:
+        return None
+
+    def build_connector_worker_meta(self) -> Optional[KVConnectorWorkerMetadata]:
+        return None
+
     # --- scheduler side -----------------------------------------------------------------------
+    def bind_kv_cache_manager(self, kv_cache_manager: Any) -> None:
+        self._kv_cache_manager = kv_cache_manager
+        self.bind_gpu_block_pool(kv_cache_manager.block_pool)
+
+    def bind_gpu_block_pool(self, gpu_block_pool: Any) -> None:
+        return
+
     @abstractmethod
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple: ...
 
@@ -114,22 +198,66 @@ class KVConnectorBase_V1(ABC):  # noqa: N801 - vLLM's name
     @abstractmethod
     def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata: ...
 
+    def on_new_request(self, request: Any) -> None:
+        return
+
     def update_connector_output(self, connector_output: Any) -> None:
         return
+
+    def can_load_prefix_replay_checkpoint(self, request: Any, num_local_tokens: int,
+                                          num_external_tokens: int) -> bool:
+        return False
+
+    def consume_prefix_replay_checkpoint(self, request: Any, num_hit_tokens: int) -> bool:
+        return False
 
     def request_finished(self, request: Any, block_ids: list) -> tuple:
         return False, None
 
-    def take_events(self) -> tuple:
+    def register_finished_partial_tail(self, request: Any, block_ids: tuple,
+                                       partial_tail_offloads: list) -> bool:
+        return False
+
+    def take_events(self) -> Iterable:
         return ()
+
+    def has_pending_block_frees(self) -> bool:
+        return False
+
+    def has_pending_push_work(self) -> bool:
+        return False
 
     @classmethod
     def get_required_kvcache_layout(cls, vllm_config: Any) -> Optional[str]:
+        if cls is KVConnectorBase_V1:
+            raise TypeError("get_required_kvcache_layout should not be called "
+                            "on the abstract base class")
         return None
 
     @classmethod
     def requires_piecewise_for_cudagraph(cls, extra_config: dict) -> bool:
         return False
+
+    def get_finished_count(self) -> Optional[int]:
+        return None
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: Optional[dict] = None) -> Any:
+        return None
+
+    def set_xfer_handshake_metadata(self, metadata: dict) -> None:
+        return None
+
+    def set_xfer_handshake_metadata_pp_aware(self, metadata: dict) -> None:
+        if any(pp_rank != 0 for pp_rank, _ in metadata):
+            raise ValueError(f"{type(self).__name__} received pp_rank > 0 handshake metadata "
+                             "but does not support PP-disaggregated KV transfer.")
+        self.set_xfer_handshake_metadata({tp: meta for (_, tp), meta in metadata.items()})
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config: Any, metric_types: dict, labelnames: list,
+                           per_engine_labelvalues: dict) -> Any:
+        return None
 
     def reset_cache(self) -> Optional[bool]:
         return None

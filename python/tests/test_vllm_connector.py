@@ -1,8 +1,9 @@
 """flatcake.vllm.FlatCakeConnector driven as vLLM drives a KV connector.
 
-The engine is vllm_standin (vLLM 003df296's connector interface and the scheduler, executor and
+The engine is vllm_standin (vLLM 00f4240e's connector interface and the scheduler, executor and
 worker paths around it; see vllm_standin/README.md) with the fake model of vllm_util.py, whose
-attention checks every byte of every earlier position of every layer before it computes.
+attention checks every byte of every earlier position of every layer before it computes. The
+round trips run over the per-layer KV cache tensors of vLLM 003df296 and before (SHAPES).
 """
 
 import dataclasses
@@ -17,8 +18,9 @@ from flatcake import _shared_stores
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorBase_V1, KVConnectorRole
 from vllm.v1.kv_cache_interface import KVCacheConfig
+from vllm.v1.request import RequestStatus
 from isolated import run_without
-from vllm_util import SHAPES, Engine, paged_cache, prompt, vllm_config
+from vllm_util import SHAPES, Engine, is_mla, paged_cache, prompt, vllm_config
 
 DRAM = {"dram_bytes": "64MiB"}
 BS = 16
@@ -151,7 +153,7 @@ def test_a_request_saved_then_loaded_layer_by_layer(shape, staged):
     assert [w.layer_waits[i] for i in layers] == [f"model.layers.{i}.self_attn.attn"
                                                   for i in layers]
     assert w.events == [e for l in layers for e in (("restored", l), ("attention", l))]
-    planes = 1 if shape == "mla" else 2
+    planes = 1 if is_mla(shape) else 2
     assert w.checked_slots == 96 * 4 * planes and w.mismatches == []
     assert b.run()["b"] == want and b.mismatches == []
     assert w.connector.counters["blocks_loaded"] == 6
@@ -161,11 +163,12 @@ def test_a_request_saved_then_loaded_layer_by_layer(shape, staged):
     b.close()
 
 
-def test_a_partial_prefix_hit_loads_only_the_blocks_beyond_the_local_hit():
-    a = Engine(DRAM)
+@pytest.mark.parametrize("shape", ["mha"])
+def test_a_partial_prefix_hit_loads_only_the_blocks_beyond_the_local_hit(shape):
+    a = Engine(DRAM, shape=shape)
     base = prompt(100, seed=2)
     a.serve("a", base, max_tokens=2)
-    b = Engine(DRAM)
+    b = Engine(DRAM, shape=shape)
     # Shares 1 block with `base`: FlatCake supplies it; vLLM's own prefix cache then holds it.
     b.serve("q", base[:20] + prompt(40, seed=3), max_tokens=2)
     assert b.scheduler.admissions == [("q", 0, 16)]
@@ -173,17 +176,20 @@ def test_a_partial_prefix_hit_loads_only_the_blocks_beyond_the_local_hit():
     out = b.serve("r", base[:50] + prompt(50, seed=4), max_tokens=3)
     assert b.scheduler.admissions[-1] == ("r", 16, 32)
     assert b.mismatches == [] and b.workers[0].connector.counters["blocks_loaded"] == 1 + 2
-    c = Engine({})  # the same request, computed from scratch by an engine with its own store
+    c = Engine({}, shape=shape)  # the same request, computed from scratch with its own store
     assert c.serve("r", base[:50] + prompt(50, seed=4), max_tokens=3) == out
     for e in (a, b, c):
         e.close()
 
 
-def test_a_preempted_request_resumes_from_flatcake():
+@pytest.mark.parametrize("shape,v2", [("mha", False), ("mha", True)],
+                         ids=["mha", "mha_v2_runner"])
+def test_a_preempted_request_resumes_from_flatcake(shape, v2):
     """Two requests fill the GPU cache; when the first needs a 7th block to decode, vLLM preempts
     the second and frees its blocks. Without a local prefix cache, the resumed request loads its
-    prompt blocks (saved by its first prefill) from FlatCake instead of recomputing them."""
-    e = Engine(DRAM, num_blocks=12, prefix_caching=False)
+    prompt blocks (saved by its first prefill) from FlatCake instead of recomputing them. (The
+    V2 model runner hands the resumed request to the workers as a new one.)"""
+    e = Engine(DRAM, num_blocks=13, prefix_caching=False, shape=shape, v2=v2)  # 12 + null
     pa, pb = prompt(90, seed=5), prompt(90, seed=6)
     ra = e.add("a", pa, max_tokens=12)
     rb = e.add("b", pb, max_tokens=12)
@@ -191,7 +197,7 @@ def test_a_preempted_request_resumes_from_flatcake():
     assert rb.num_preemptions == 1 and ra.num_preemptions == 0
     assert [x for x in e.scheduler.admissions if x[0] == "b"] == [("b", 0, 0), ("b", 0, 80)]
     assert e.mismatches == []
-    ref = Engine({})  # room for both: no preemption
+    ref = Engine({}, shape=shape)  # room for both: no preemption
     ref.add("a", pa, max_tokens=12)
     ref.add("b", pb, max_tokens=12)
     assert ref.run() == out
@@ -213,10 +219,11 @@ def test_the_end_of_a_request_saves_its_reply_blocks_and_holds_them_until_then(s
         finished = list(e.outputs)
     # request_finished returned True: the blocks stay until the workers report the save.
     assert req.num_computed_tokens == 69 and "s" in e.scheduler.requests
-    assert e.scheduler.kv_cache_manager.num_free_blocks == 64 - 5
+    free = 64 - 1  # all but vLLM's null block
+    assert e.scheduler.kv_cache_manager.num_free_blocks == free - 5
     e.step()  # the workers write blocks 2..3 (tokens 32..63) and report "s" in get_finished
     assert "s" not in e.scheduler.requests
-    assert e.scheduler.kv_cache_manager.num_free_blocks == 64
+    assert e.scheduler.kv_cache_manager.num_free_blocks == free
     (k0, h0), (k1, h1) = store.puts
     assert len(k0) == 2 and len(k1) == 2  # prompt blocks 0-1 at prefill, 2-3 at the end
     assert h1["prefix_tail"] == k0[-1] and h1["context_tokens"] == 32 and h0["prefix_tail"] is None
@@ -255,20 +262,29 @@ def test_kv_roles_producer_only_saves_consumer_only_loads():
     c.close()
 
 
-def test_a_block_the_store_lost_is_reported_and_recomputed():
+@pytest.mark.parametrize("policy", ["recompute", "fail"])
+def test_a_block_the_store_lost_is_reported_then_recomputed_or_failed(policy):
+    """vLLM's kv_load_failure_policy decides: "recompute" computes the lost blocks again and
+    the request samples what it would have; "fail" (vLLM's default) ends it with an error."""
     a = Engine(DRAM)
     p = prompt(100, seed=10)
     want = a.serve("a", p, max_tokens=5)
-    b = Engine(DRAM)
-    b.add("b", p, max_tokens=5)
+    b = Engine(DRAM, load_failure_policy=policy)
+    req = b.add("b", p, max_tokens=5)
     so = b.scheduler.schedule()  # the lookup found 6 blocks...
     b.connector._store.clear()  # ...which are gone before the worker restores them
     out = b.aggregator.aggregate([w.execute_model(so) for w in b.workers])
     assert len(out.kv_connector_output.invalid_block_ids) == 6
-    b.scheduler.update_from_output(so, out)
+    finished = b.scheduler.update_from_output(so, out)
     b.workers[0].mismatches.clear()  # that step's attention read the unrestored blocks
-    assert b.run()["b"] == want and b.mismatches == []
     assert b.workers[0].connector.counters["load_errors"] == 6
+    if policy == "fail":
+        assert finished == ["b"] and req.status == RequestStatus.FINISHED_ERROR
+        b.run()
+        assert req.output_token_ids == () and "b" not in b.scheduler.requests
+        assert b.scheduler.kv_cache_manager.num_free_blocks == 64 - 1
+    else:
+        assert finished == [] and b.run()["b"] == want and b.mismatches == []
     a.close()
     b.close()
 
@@ -284,7 +300,7 @@ def test_two_ranks_through_the_daemon(daemon, shape):
     want = a.serve("a", p, max_tokens=3)
     assert a.mismatches == []
     w0, w1 = (w.connector for w in a.workers)
-    assert (w0._suffix, w1._suffix) == (("", "") if shape == "mla" else ("_tp0of2", "_tp1of2"))
+    assert (w0._suffix, w1._suffix) == (("", "") if is_mla(shape) else ("_tp0of2", "_tp1of2"))
     keys = [w0._namespace + h.hex() for h in a._reqs["a"].block_hashes[:4]]
     layout = w0._layout
     blocks = []
@@ -293,12 +309,12 @@ def test_two_ranks_through_the_daemon(daemon, shape):
         buf = torch.zeros(layout.block_bytes, dtype=torch.uint8)
         assert w._store.get([keys[0] + w._suffix], layout, buf).hits == 1
         blocks.append(buf)
-    assert torch.equal(blocks[0], blocks[1]) == (shape == "mla")
+    assert torch.equal(blocks[0], blocks[1]) == is_mla(shape)
     b = Engine(cfg, shape=shape, tp=2)
     assert b.serve("b", p, max_tokens=3) == want
     assert b.scheduler.admissions == [("b", 0, 64)] and b.mismatches == []
     assert all(w.connector.counters["blocks_loaded"] == 4 for w in b.workers)
-    if shape == "mha":
+    if not is_mla(shape):
         # Blocks that only rank 0 holds: the scheduler offers nothing, since rank 1 lacks them.
         q = prompt(80, seed=12)
         req = b.add("q", q, max_tokens=1)

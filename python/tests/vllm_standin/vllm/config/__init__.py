@@ -1,5 +1,5 @@
 """Stand-in of the vllm.config fields the connector and the stand-in engine read (see
-../README.md): VllmConfig and its model, cache, parallel and scheduler parts."""
+../README.md): VllmConfig and its model, cache, parallel and scheduler parts, at 00f4240e."""
 
 from dataclasses import dataclass, field
 from typing import Optional
@@ -21,6 +21,13 @@ class CacheConfig:
     block_size: int = 16
     num_gpu_blocks: Optional[int] = None
     enable_prefix_caching: bool = True
+    # The KV cache layout the engine core resolved (vllm/v1/kv_cache_layout.py names:
+    # LBNHC by default, or what the backend, VLLM_KV_CACHE_LAYOUT or the connector's
+    # get_required_kvcache_layout asked for).
+    kv_cache_layout: str = "LBNHC"
+    # With several KV cache groups: the granularity of request.block_hashes, if not the GCD of
+    # the groups' block sizes (resolve_kv_cache_block_sizes).
+    prefix_match_unit: Optional[int] = None
 
 
 @dataclass
@@ -28,6 +35,7 @@ class ParallelConfig:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     data_parallel_size: int = 1
+    decode_context_parallel_size: int = 1
     rank: int = 0  # this worker's global rank (0 in the scheduler)
 
     @property
@@ -49,3 +57,6 @@ class VllmConfig:
     parallel_config: ParallelConfig = field(default_factory=ParallelConfig)
     scheduler_config: SchedulerConfig = field(default_factory=SchedulerConfig)
     kv_transfer_config: Optional[KVTransferConfig] = None
+    # The V2 model runner (vllm/v1/worker/gpu/): resumed requests reach the workers as new
+    # requests, and the worker calls handle_preemptions and finish_forward each step.
+    use_v2_model_runner: bool = False

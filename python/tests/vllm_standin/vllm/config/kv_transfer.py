@@ -1,5 +1,6 @@
-"""Stand-in of vllm/config/kv_transfer.py (KVTransferConfig; fields and checks of vLLM
-007c643b, see ../../README.md), a plain dataclass instead of a pydantic one."""
+"""Stand-in of vllm/config/kv_transfer.py (KVTransferConfig; the fields and checks of vLLM
+007c643b plus kv_load_failure_policy as 00f4240e's scheduler reads it, see ../../README.md), a
+plain dataclass instead of a pydantic one."""
 
 import uuid
 from dataclasses import dataclass, field
@@ -8,6 +9,9 @@ from typing import Any, Optional, get_args, Literal
 KVProducer = Literal["kv_producer", "kv_both"]
 KVConsumer = Literal["kv_consumer", "kv_both"]
 KVRole = Literal[KVProducer, KVConsumer]
+# What the scheduler does with KV a connector failed to load: "fail" ends the affected requests
+# with FINISHED_ERROR, "recompute" computes the lost tokens again.
+KVLoadFailurePolicy = Literal["recompute", "fail"]
 
 
 @dataclass
@@ -23,7 +27,7 @@ class KVTransferConfig:
     kv_port: int = 14579
     kv_connector_extra_config: dict[str, Any] = field(default_factory=dict)
     kv_connector_module_path: Optional[str] = None
-    kv_load_failure_policy: str = "recompute"
+    kv_load_failure_policy: KVLoadFailurePolicy = "fail"
 
     def __post_init__(self) -> None:
         if self.engine_id is None:
@@ -34,6 +38,8 @@ class KVTransferConfig:
         if self.kv_connector is not None and self.kv_role is None:
             raise ValueError("Please specify kv_disagg_role when kv_connector "
                              f"is set, supported roles are {get_args(KVRole)}")
+        if self.kv_load_failure_policy not in get_args(KVLoadFailurePolicy):
+            raise ValueError(f"Unsupported kv_load_failure_policy: {self.kv_load_failure_policy}")
 
     @property
     def is_kv_producer(self) -> bool:

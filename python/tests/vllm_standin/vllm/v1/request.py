@@ -1,7 +1,9 @@
-"""Stand-in of vllm/v1/request.py at vLLM 003df296 (see ../../README.md): the Request fields a
-connector reads (request_id, prompt_token_ids, all_token_ids, num_tokens, num_prompt_tokens,
-num_computed_tokens, block_hashes, num_publishable_block_hashes, kv_transfer_params,
-skip_reading_prefix_cache, status, num_preemptions) and RequestStatus."""
+"""Stand-in of vllm/v1/request.py (see ../../README.md): the Request fields a connector reads
+(request_id, prompt_token_ids, all_token_ids, num_tokens, num_prompt_tokens,
+num_computed_tokens, block_hashes (one per hash block), kv_transfer_params,
+skip_reading_prefix_cache, status, num_preemptions; drop_stale_output, which a preemption sets
+from the connector's requires_kv_delivery) and RequestStatus. 00f4240e has no
+num_publishable_block_hashes (003df296's EAGLE publication fence)."""
 
 import enum
 from typing import Any, Callable, Optional
@@ -49,7 +51,7 @@ class Request:
         self.cache_salt = cache_salt
         self.num_preemptions = 0
         self.block_hashes: list[bytes] = []
-        self.num_publishable_block_hashes = 0
+        self.drop_stale_output = False
         self._block_hasher = block_hasher
         self.update_block_hashes()
         self.skip_reading_prefix_cache = bool(sampling_params.skip_reading_prefix_cache)

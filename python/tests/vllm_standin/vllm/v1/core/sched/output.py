@@ -1,10 +1,10 @@
-"""Stand-in of vllm/v1/core/sched/output.py at vLLM 00e8f1fd (see ../../../../README.md):
-NewRequestData, CachedRequestData, SchedulerOutput, with the fields of that commit (003df296
-adds fields no connector reads: encoder-input statistics, blocks to zero, block copies, partial
-tail offloads, the speculative-token count)."""
+"""Stand-in of vllm/v1/core/sched/output.py (the newest copy read, commit unknown; its
+KVConnectorBlockState is the one 00f4240e's scheduler builds; see ../../../../README.md):
+NewRequestData, CachedRequestData, KVConnectorBlockState, SchedulerOutput, with the fields a
+connector reads (not the encoder, structured-output, speculative or elastic ones)."""
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 
 @dataclass
@@ -50,6 +50,21 @@ class CachedRequestData:
 
 
 @dataclass
+class KVConnectorBlockState:
+    """The block table of every request scheduled this step, set on the SchedulerOutput only
+    while build_connector_meta runs (None when the workers see it)."""
+
+    req_ids: set[str]
+    resolve_block_ids: Callable[[str], tuple[list[int], ...]]
+    boundary_state_offloads: dict[str, list[tuple[int, int, int]]]
+
+    def get_block_ids(self, req_id: str) -> Optional[tuple[list[int], ...]]:
+        if req_id not in self.req_ids:
+            return None
+        return self.resolve_block_ids(req_id)
+
+
+@dataclass
 class SchedulerOutput:
     scheduled_new_reqs: list[NewRequestData]
     scheduled_cached_reqs: CachedRequestData
@@ -63,4 +78,11 @@ class SchedulerOutput:
     preempted_req_ids: Optional[set[str]] = None
     pending_structured_output_tokens: bool = False
     kv_connector_metadata: Any = None
+    # Whether a scheduled request needs KV the connector loads in this step (synchronously):
+    # the workers then start loading before the forward, else after it.
+    has_sync_kv_loads: bool = False
     ec_connector_metadata: Any = None
+    new_block_ids_to_zero: Optional[list[int]] = None
+    kv_cache_block_copies: Optional[list] = None
+    block_table_updates: Optional[dict[str, tuple[list[int], ...]]] = None
+    kv_connector_block_state: Optional[KVConnectorBlockState] = None
