@@ -11,27 +11,35 @@ kv_cache_config)`` in the scheduler and ``(..., KVConnectorRole.WORKER, ...)`` i
 
 Scheduler side. ``get_num_new_matched_tokens`` looks the request's full blocks up in the store
 (every worker's keys; the shortest leading run counts) and offers the whole blocks beyond
-``num_computed_tokens``, never the request's last token (vLLM must compute one).
-``update_state_after_alloc`` notes which of the request's blocks receive them, and
-``build_connector_meta`` sends the worker, per step, the block runs to load (keys and vLLM block
-ids) and to save: the request's prompt blocks that are full once the step has run, in the step
-that computes them (so a preempted request, or another engine on the store, finds them). The
-blocks that decoding fills are saved together when the request ends: ``request_finished`` returns
-True (vLLM keeps the blocks) and queues them for the next step, whose workers write them and
-report the request in ``get_finished``; vLLM then frees the blocks. One batch of reply blocks is
-one write, which the store lays out as one segment beside its session.
+``num_computed_tokens``, never the request's last token (vLLM must compute one). A hit that
+needs the SSD is loaded asynchronously (``async_load``): vLLM allocates its blocks, leaves the
+request unscheduled and runs others until every worker reports it in ``get_finished``; a
+DRAM-ready hit loads layer by layer in the step that computes the rest. ``update_state_after_alloc``
+notes which of the request's blocks receive them, and ``build_connector_meta`` sends the
+workers, per step, the block runs to load (keys and vLLM block ids) and to save: every block the
+step fills, prompt and decode alike, in the step that computes it (so a preempted request, or
+another engine on the store, finds them all). A request's blocks not yet saved when it ends are
+saved in the next step: ``request_finished`` returns True (vLLM keeps the blocks,
+``has_pending_block_frees`` tells it they will come back) until the workers report the save in
+``get_finished``. ``requires_kv_delivery`` is False: a cache, not a hand-off.
 
-Worker side. ``register_kv_caches`` takes vLLM's per-layer paged KV tensors: MHA
-``[2, num_blocks, block_size, kv_heads, head_size]`` (FlashAttention and most backends; the
-``[num_blocks, 2, ...]`` order of FlashInfer is recognised too) and MLA
+Worker side. ``register_kv_caches`` takes vLLM's per-layer paged KV tensors: since vLLM's KV cache
+layout standardization, one 4D view per layer ``[num_blocks, heads, block_size, C]`` into a
+buffer the group's layers share (K and V packed in C; MLA ``[num_blocks, 1, block_size,
+latent]``), in any layout whose blocks lead their heads (``LBNHC``, vLLM's default, ``LBHNC``,
+``BLHNC``, ``BLNHC``); before it, MHA ``[2, num_blocks, block_size, kv_heads, head_size]``
+(FlashAttention, NHD or HND; the ``[num_blocks, 2, ...]`` order of FlashInfer too) and MLA
 ``[num_blocks, block_size, head_size]``. One vLLM block of one worker is one FlatCake block of
-``KvLayout(num_layers, num_planes = 2 (K, V) or 1 (MLA latent), slice_bytes = the bytes of one
-block of one plane of one layer)``, moved with ``slice_pointers``. ``start_load_kv`` starts one
-restore per run; ``wait_for_layer_load(layer)`` waits for that layer of every restore
-(``RestoreHandle.wait_layer``), so attention on layer l runs while later layers are still
-arriving. ``wait_for_save`` writes the step's prompt blocks once the forward has computed them.
-Blocks a restore did not deliver are reported by ``get_block_ids_with_load_errors`` and vLLM
-recomputes them.
+``KvLayout(num_layers, num_planes, slice_bytes)``: one plane holding the block's bytes of one
+layer for the 4D views and MLA, two (K, V) for the earlier MHA shapes; moved with
+``slice_pointers``. ``start_load_kv`` starts one restore per run; ``wait_for_layer_load(layer)``
+waits for that layer of every restore of the step (``RestoreHandle.wait_layer``), so attention on
+layer l runs while later layers are still arriving. ``wait_for_save`` writes the step's blocks
+once the forward has computed them; a save that fails stops the request's later saves (past the
+gap no lookup could reach them). Blocks a restore did not deliver are reported by
+``get_block_ids_with_load_errors`` (in the pass that reports an asynchronous load finished) and
+vLLM recomputes them under ``kv_load_failure_policy: "recompute"`` (its default, "fail", fails
+the request: the connector warns at start).
 
 Data movement. CPU tensors (vLLM's CPU backend, the tests) are read and written in place: the
 store's pointers go straight into the paged cache. CUDA tensors go through a host staging buffer
@@ -96,8 +104,12 @@ CONNECTOR_OPTIONS: Dict[str, str] = {
     "namespace": "string prefixed to every key (default '<model>/'; '' shares blocks between "
                  "model names that serve the same weights)",
     "force_medium": "'dram' or 'ssd': bypass placement (testing, benchmarking)",
-    "save_on_finish": "true (default): when a request ends, save the blocks decoding filled, "
-                      "holding them until the workers report the save; false: prompt blocks only",
+    "save_decode": "true (default): save the blocks decoding fills too, each in the step that "
+                   "fills it (and, when a request ends, any full block not saved yet, holding its "
+                   "blocks until the workers report the save); false: prompt blocks only",
+    "async_load": "'ssd' (default): a hit that needs the SSD is loaded asynchronously (vLLM "
+                  "schedules the request once every worker has it), a DRAM-ready hit layer by "
+                  "layer in the step; 'always'; 'never' (every hit in the step)",
 }
 
 # Finished request ids remembered for get_finished (vLLM names a request there in the same step
@@ -117,6 +129,7 @@ class _BlockRun:
     prefix_tail: Optional[str] = None  # key of the block before keys[0], without suffix
     context_tokens: int = 0  # tokens before keys[0]
     finish: bool = False  # saved for request_finished: reported by get_finished
+    asynchronous: bool = False  # a load vLLM waits for (finished_recving), not in the step
 
 
 @dataclass
@@ -135,6 +148,20 @@ class _RequestState:
     block_ids: List[int]
     stored_blocks: int  # leading blocks the store holds (found by the lookup, or saved)
     load: Optional[Tuple[int, int]] = None  # blocks [start, end) to load in the next step
+    load_async: bool = False  # that load is asynchronous (the request waits, unscheduled)
+
+
+def _block_sizes(vllm_config: Any, kv_cache_config: Any) -> Tuple[int, int]:
+    """(scheduler block size, hash block size) as vLLM resolves them; ``request.block_hashes``
+    has one hash per hash block, which may be finer than the block. vLLM before
+    ``resolve_kv_cache_block_sizes`` hashed whole blocks of ``cache_config.block_size``."""
+    try:
+        from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes  # type: ignore
+    except ImportError:
+        block_size = int(vllm_config.cache_config.block_size)
+        return block_size, block_size
+    block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+    return int(block_size), int(hash_block_size)
 
 
 def _hash_hex(block_hash: Any) -> str:
@@ -153,33 +180,74 @@ def _layer_number(name: str) -> Optional[int]:
     return int(numbers[0]) if len(numbers) == 1 else None
 
 
+def _dense_run_bytes(t: torch.Tensor, dims: List[int]) -> Optional[int]:
+    """Bytes of one index of the other dimensions when ``dims`` are one dense run of memory
+    (in some order, the innermost of stride 1), else None."""
+    size, expected = 1, 1
+    for d in sorted(dims, key=lambda d: t.stride(d)):
+        if t.shape[d] != 1 and t.stride(d) != expected:
+            return None
+        expected *= t.shape[d]
+        size *= t.shape[d]
+    return size * t.element_size()
+
+
 def _paged_bytes(t: torch.Tensor, mla: bool, block_size: int) -> torch.Tensor:
-    """A uint8 view [planes, num_blocks, slice_bytes] of one layer's paged KV tensor."""
-    if mla:
-        if t.dim() != 3 or t.shape[1] != block_size:
-            raise ValueError(f"an MLA layer's KV cache must be [num_blocks, {block_size}, "
-                             f"head_size], got {list(t.shape)}")
-        plane_dim, block_dim = None, 0
-    elif t.dim() >= 4 and t.shape[0] == 2:
-        plane_dim, block_dim = 0, 1
-    elif t.dim() >= 4 and t.shape[1] == 2:
-        plane_dim, block_dim = 1, 0
+    """A uint8 view [planes, num_blocks, slice_bytes] of one layer's paged KV tensor, strided as
+    the tensor is (a layer's view into a buffer the group's layers share keeps the buffer's block
+    stride). The forms vLLM registers:
+
+    - since the KV cache layout standardization (vLLM main, 2026-08): one 4D view per layer,
+      ``[num_blocks, heads, block_size, C]`` with K and V packed in C (MLA: heads 1, C the
+      latent), one plane whose slice is a block's ``heads * block_size * C`` elements, in the
+      physical order of the resolved layout (``LBNHC``, ``LBHNC``, ``BLHNC``, ...);
+    - before: ``[2, num_blocks, block_size, heads, head_size]`` (FlashAttention, NHD or HND
+      strides), ``[num_blocks, 2, ...]`` (FlashInfer), two planes K and V; MLA
+      ``[num_blocks, block_size, head_size]``, one plane.
+    Every (plane, block) slice must be one dense run of memory."""
+    if t.dim() == 4 and (not mla or t.shape[1] == 1):
+        plane_dim, block_dim, token_dim = None, 0, 2
+    elif mla and t.dim() == 3:
+        plane_dim, block_dim, token_dim = None, 0, 1
+    elif not mla and t.dim() == 5 and t.shape[0] == 2:
+        plane_dim, block_dim, token_dim = 0, 1, 2
+    elif not mla and t.dim() == 5 and t.shape[1] == 2:
+        plane_dim, block_dim, token_dim = 1, 0, 2
     else:
-        raise ValueError(f"an MHA layer's KV cache must be [2, num_blocks, {block_size}, heads, "
-                         f"head_size] (or [num_blocks, 2, ...]), got {list(t.shape)}")
-    # Memory order, outermost first (a layout such as HND is a permuted view): the plane and
-    # block dimensions must lead, so that every (plane, block) slice is one dense byte range.
-    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
-    lead = [d for d in (plane_dim, block_dim) if d is not None]
-    raw = t.permute(order)
-    if sorted(order[:len(lead)]) != sorted(lead) or not raw.is_contiguous():
+        legacy = (f"[num_blocks, {block_size}, head_size]" if mla else
+                  f"[2, num_blocks, {block_size}, heads, head_size] or [num_blocks, 2, ...]")
+        raise ValueError(f"an {'MLA' if mla else 'MHA'} layer's KV cache must be vLLM's "
+                         f"[num_blocks, {1 if mla else 'heads'}, {block_size}, content] view or, "
+                         f"before vLLM's layout standardization, {legacy}; got {list(t.shape)}")
+    if t.shape[token_dim] != block_size:
+        raise ValueError(f"KV cache of shape {list(t.shape)}: {t.shape[token_dim]} tokens per "
+                         f"block, the engine's block is {block_size} (a kernel block size other "
+                         "than the block size is not supported)")
+    inner = [d for d in range(t.dim()) if d not in (plane_dim, block_dim)]
+    slice_bytes = _dense_run_bytes(t, inner)
+    if slice_bytes is None:
         raise ValueError(f"KV cache of shape {list(t.shape)} and strides {list(t.stride())}: a "
-                         "block of one plane is not one dense range of memory")
-    flat = raw.reshape(-1).view(torch.uint8)
-    if plane_dim is None:
-        return flat.view(1, t.shape[block_dim], -1)
-    view = flat.view(raw.shape[0], raw.shape[1], -1)
-    return view if order[0] == plane_dim else view.transpose(0, 1)
+                         "block of one plane is not one dense range of memory (a layout whose "
+                         "heads lead its blocks, such as LHBNC, splits it)")
+    es = t.element_size()
+    planes = 1 if plane_dim is None else t.shape[plane_dim]
+    plane_stride = 0 if plane_dim is None else t.stride(plane_dim) * es
+    if t.stride(-1) != 1:
+        raise ValueError(f"KV cache of shape {list(t.shape)} and strides {list(t.stride())}: "
+                         "its last dimension is not the innermost")
+    # A byte view of the same storage (as_strided addresses the storage, not the view's shape).
+    u8 = t.detach().view(torch.uint8)
+    return torch.as_strided(u8, (planes, t.shape[block_dim], slice_bytes),
+                            (plane_stride, t.stride(block_dim) * es, 1),
+                            t.storage_offset() * es)
+
+
+def _host_buffer(nbytes: int) -> torch.Tensor:
+    """Host memory for staging, pinned when CUDA can pin it."""
+    try:
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    except RuntimeError:  # no CUDA to pin with: pageable memory (copies then block)
+        return torch.empty(nbytes, dtype=torch.uint8)
 
 
 class _HostStaging:
@@ -202,10 +270,7 @@ class _HostStaging:
             self.reset()  # the old buffer may still be read by queued copies: let them finish
             size = max(nbytes + self._used, 2 * (self._buf.numel() if self._buf is not None
                                                  else 0))
-            try:
-                self._buf = torch.empty(size, dtype=torch.uint8, pin_memory=True)
-            except RuntimeError:  # no CUDA to pin with: pageable memory (copies then block)
-                self._buf = torch.empty(size, dtype=torch.uint8)
+            self._buf = _host_buffer(size)
             self._used = 0
         out = self._buf[self._used:self._used + nbytes]
         self._used += nbytes
@@ -238,7 +303,12 @@ class FlatCakeConnector(KVConnectorBase_V1):
 
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None):
         super().__init__(vllm_config, role, kv_cache_config)
-        self._block_size = int(vllm_config.cache_config.block_size)
+        self._block_size, hash_block_size = _block_sizes(vllm_config, kv_cache_config)
+        if self._block_size % hash_block_size:
+            raise ValueError(f"FlatCakeConnector: vLLM's block of {self._block_size} tokens is "
+                             f"no multiple of its hash block of {hash_block_size}")
+        # request.block_hashes has one hash per hash block; a block's key is its last one's.
+        self._hashes_per_block = self._block_size // hash_block_size
         model_config = getattr(vllm_config, "model_config", None)
         self._model = str(getattr(model_config, "model", "") or "")
         self._mla = bool(getattr(model_config, "use_mla", False))
@@ -257,8 +327,19 @@ class FlatCakeConnector(KVConnectorBase_V1):
 
         # Scheduler side.
         self._reqs: Dict[str, _RequestState] = {}
-        self._hits: Dict[str, int] = {}  # leading stored blocks found by the last lookup
+        # The last lookup's leading stored blocks, and whether loading them needs the SSD.
+        self._hits: Dict[str, Tuple[int, bool]] = {}
+        self._async_starts: List[str] = []  # requests whose asynchronous load the next step starts
         self._finish_runs: List[_BlockRun] = []
+        self._holding: Set[str] = set()  # finished requests whose blocks a save holds
+        if role == KVConnectorRole.SCHEDULER and \
+                getattr(kv, "kv_load_failure_policy", "recompute") != "recompute":
+            logger.warning(
+                "FlatCakeConnector: kv_load_failure_policy is %r: a block the store cannot "
+                "deliver after its lookup (reclaimed meanwhile, an I/O error) then fails the "
+                "request instead of being recomputed; FlatCake is a cache: set "
+                "\"kv_load_failure_policy\": \"recompute\" in --kv-transfer-config",
+                getattr(kv, "kv_load_failure_policy", None))
         # Worker side (register_kv_caches fills the layout).
         self._suffix = ""
         if role == KVConnectorRole.WORKER:
@@ -272,13 +353,16 @@ class FlatCakeConnector(KVConnectorBase_V1):
         self._staged = False
         self._load_staging = _HostStaging()
         self._save_staging = _HostStaging()
-        self._pending: List[_PendingLoad] = []
+        self._pending: List[_PendingLoad] = []  # this step's loads
+        self._async_pending: List[_PendingLoad] = []  # asynchronous loads not yet reported
+        self._async_failed: Set[str] = set()  # of those, requests none of whose blocks came
         self._save_buffers: Dict[int, Tuple[torch.Tensor, Set[int]]] = {}  # run -> (buf, layers)
         self._load_errors: Set[int] = set()
         self._saved_finish: Set[str] = set()
         self._finished_ids: "OrderedDict[str, None]" = OrderedDict()
+        self._broken_chains: Set[str] = set()  # requests a save of failed: none after it
         self.counters = {"lookups": 0, "blocks_loaded": 0, "blocks_saved": 0, "load_errors": 0,
-                         "save_errors": 0}
+                         "save_errors": 0, "saves_skipped": 0}
 
     # --- configuration ------------------------------------------------------------------------
     def _parse_options(self, extra: Dict[str, Any]) -> None:
@@ -301,9 +385,12 @@ class FlatCakeConnector(KVConnectorBase_V1):
         self._force_medium = extra.pop("force_medium", None)
         if self._force_medium not in (None, "dram", "ssd"):
             fail(f"'force_medium' must be 'dram' or 'ssd', got {self._force_medium!r}")
-        self._save_on_finish = extra.pop("save_on_finish", True)
-        if not isinstance(self._save_on_finish, bool):
-            fail("'save_on_finish' must be true or false")
+        self._save_decode = extra.pop("save_decode", True)
+        if not isinstance(self._save_decode, bool):
+            fail("'save_decode' must be true or false")
+        self._async_load = extra.pop("async_load", "ssd")
+        if self._async_load not in ("ssd", "always", "never"):
+            fail(f"'async_load' must be 'ssd', 'always' or 'never', got {self._async_load!r}")
         if self._daemon is not None and extra:
             fail(f"has store options with 'daemon': they belong to the daemon's configuration "
                  f"(flatcake serve --config), not here: {', '.join(sorted(extra))}")
@@ -354,61 +441,92 @@ class FlatCakeConnector(KVConnectorBase_V1):
         # wait_for_layer_load and save_kv_layer run between layers: not capturable.
         return True
 
+    @property
+    def requires_kv_delivery(self) -> bool:
+        """False: FlatCake is a cache, not a hand-off. A preempted request's blocks come back from
+        the store or are recomputed; vLLM need not drop its in-flight output to redeliver them
+        (vLLM's default, the producer role, would say True for kv_both)."""
+        return False
+
+    def has_pending_block_frees(self) -> bool:
+        """True while finish-time saves hold requests' blocks (request_finished returned True
+        and the workers have not reported the save): vLLM then waits for those blocks rather
+        than preempt a running request."""
+        return bool(self._holding)
+
+    def update_connector_output(self, connector_output: Any) -> None:
+        """Forgets the held requests whose saves the workers reported (vLLM frees their
+        blocks)."""
+        for req_id in getattr(connector_output, "finished_sending", None) or ():
+            self._holding.discard(req_id)
+
     # --- scheduler side -----------------------------------------------------------------------
     def _block_keys(self, request: Any, max_blocks: int) -> List[str]:
-        """Keys (without worker suffix) of the request's first full blocks, at most max_blocks."""
-        hashes = request.block_hashes
-        if getattr(self, "use_eagle_prefix_cache_hashing", False):
-            hashes = hashes[:request.num_publishable_block_hashes]  # base.py's publication fence
-        if len(request.block_hashes) > request.num_tokens // self._block_size:
-            logger.warning("FlatCakeConnector: request %s has %d block hashes for %d tokens: "
-                           "hashes finer than the %d-token block are not supported",
-                           request.request_id, len(request.block_hashes), request.num_tokens,
-                           self._block_size)
-            return []
+        """Keys (without worker suffix) of the request's first full blocks, at most max_blocks.
+        A block's key is the chained hash of its last hash block, which names the whole prefix
+        through the block."""
+        k = self._hashes_per_block
+        hashes = request.block_hashes[k - 1::k]
         return [self._namespace + _hash_hex(h) for h in hashes[:max(max_blocks, 0)]]
 
-    def _leading_hits(self, keys: List[str]) -> int:
-        """Leading blocks every worker's keys have in the store."""
+    def _leading_hits(self, keys: List[str]) -> Tuple[int, bool]:
+        """Leading blocks every worker's keys have in the store, and whether any worker's
+        lookup found some of them on SSD (the store's slowest medium among its hits)."""
         tps = [0] if self._mla else range(self._tp_size)
+        on_ssd = False
         for tp in tps:
             for pp in range(self._pp_size):
                 if not keys:
-                    return 0
+                    return 0, False
                 suffix = self._key_suffix(tp, pp)
                 try:
-                    n = self._store.lookup([k + suffix for k in keys]).leading_hits
+                    found = self._store.lookup([k + suffix for k in keys])
                 except flatcake.Error as e:  # the daemon restarting: a miss, not a failure
                     logger.warning("FlatCakeConnector: lookup failed (%s); counting a miss", e)
-                    return 0
-                keys = keys[:n]
-        return len(keys)
+                    return 0, False
+                keys = keys[:found.leading_hits]
+                on_ssd = on_ssd or (found.leading_hits > 0 and found.slowest_medium == "ssd")
+        return len(keys), on_ssd
 
     def get_num_new_matched_tokens(self, request: Any,
                                    num_computed_tokens: int) -> Tuple[Optional[int], bool]:
         """Tokens FlatCake supplies beyond ``num_computed_tokens``: whole blocks of the leading
-        run that every worker has, leaving the last token to compute. Loads are synchronous
-        (layer by layer in the next step), so the second value is False."""
+        run that every worker has, leaving the last token to compute; and whether vLLM is to load
+        them asynchronously: by default when some of them are on SSD (the request then waits,
+        unscheduled, until every worker has its blocks, and other requests run meanwhile), while
+        DRAM-ready hits load layer by layer in the step that computes the rest."""
         self.counters["lookups"] += 1
         keys = self._block_keys(request, (request.num_tokens - 1) // self._block_size)
-        hits = self._leading_hits(keys)
-        self._hits[request.request_id] = hits
+        hits, on_ssd = self._leading_hits(keys)
+        self._hits[request.request_id] = (hits, on_ssd)
         if not self._loads or getattr(request, "skip_reading_prefix_cache", False):
             return 0, False
-        return max(hits * self._block_size - num_computed_tokens, 0), False
+        tokens = max(hits * self._block_size - num_computed_tokens, 0)
+        asynchronous = tokens > 0 and (self._async_load == "always" or
+                                       (self._async_load == "ssd" and on_ssd))
+        return tokens, asynchronous
 
     def update_state_after_alloc(self, request: Any, blocks: Any,
                                  num_external_tokens: int) -> None:
         block_ids = list(blocks.get_block_ids()[0]) if blocks is not None else []
-        hits = self._hits.pop(request.request_id, 0)
+        req_id = request.request_id
+        if req_id not in self._hits and req_id in self._reqs:
+            # vLLM calls again, with no external tokens, once an asynchronous load is done:
+            # the request keeps what it knows (the blocks the store holds).
+            self._reqs[req_id].block_ids = block_ids
+            return
+        hits, on_ssd = self._hits.pop(req_id, (0, False))
         state = _RequestState(request, block_ids, stored_blocks=hits)
         if num_external_tokens > 0:
             if num_external_tokens % self._block_size:
                 raise ValueError(f"FlatCakeConnector: {num_external_tokens} external tokens for "
-                                 f"{request.request_id} are not whole {self._block_size}-token "
-                                 "blocks")
+                                 f"{req_id} are not whole {self._block_size}-token blocks")
             state.load = (hits - num_external_tokens // self._block_size, hits)
-        self._reqs[request.request_id] = state
+            state.load_async = self._async_load == "always" or (self._async_load == "ssd" and
+                                                                on_ssd)
+            if state.load_async:  # not scheduled this step: build_connector_meta starts it
+                self._async_starts.append(req_id)
+        self._reqs[req_id] = state
 
     def _hints(self, request: Any) -> Tuple[str, int]:
         params = getattr(request, "kv_transfer_params", None) or {}
@@ -429,23 +547,36 @@ class FlatCakeConnector(KVConnectorBase_V1):
                          prefix_tail=keys[start - 1] if start > 0 else None,
                          context_tokens=start * self._block_size, finish=finish)
 
+    def _plan_load(self, meta: FlatCakeConnectorMetadata, state: _RequestState) -> None:
+        if state.load is None:
+            return
+        start, end = state.load
+        state.load = None
+        keys = self._block_keys(state.request, end)
+        meta.loads.append(_BlockRun(state.request.request_id, keys[start:end],
+                                    state.block_ids[start:end], asynchronous=state.load_async))
+
     def _plan_step(self, meta: FlatCakeConnectorMetadata, state: _RequestState,
                    computed_after_step: int) -> None:
         request = state.request
-        if state.load is not None:
-            start, end = state.load
-            state.load = None
-            keys = self._block_keys(request, end)
-            meta.loads.append(_BlockRun(request.request_id, keys[start:end],
-                                        state.block_ids[start:end]))
-        # Prompt blocks are saved in the step that completes them; reply blocks at the end.
-        full = min(computed_after_step, request.num_tokens, request.num_prompt_tokens)
+        self._plan_load(meta, state)
+        # Every block is saved in the step that completes it, prompt and decode alike (unless
+        # save_decode is off), so that a preempted request (or another engine) finds them all.
+        full = min(computed_after_step, request.num_tokens if self._save_decode
+                   else request.num_prompt_tokens)
         run = self._save_run(state, full // self._block_size, finish=False)
         if run is not None:
             meta.saves.append(run)
 
     def build_connector_meta(self, scheduler_output: Any) -> FlatCakeConnectorMetadata:
         meta = FlatCakeConnectorMetadata()
+        # Asynchronous loads start in the step that allocated their blocks (the request itself
+        # is not scheduled until every worker reported it in finished_recving).
+        for req_id in self._async_starts:
+            state = self._reqs.get(req_id)
+            if state is not None:
+                self._plan_load(meta, state)
+        self._async_starts = []
         scheduled = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
             state = self._reqs.get(new.req_id)
@@ -473,13 +604,14 @@ class FlatCakeConnector(KVConnectorBase_V1):
         step; returns True while that save holds the blocks."""
         state = self._reqs.pop(request.request_id, None)
         self._hits.pop(request.request_id, None)
-        if state is None or not self._save_on_finish:
+        if state is None or not self._save_decode:
             return False, None
         state.block_ids = list(block_ids)
         run = self._save_run(state, request.num_computed_tokens // self._block_size, finish=True)
         if run is None:
             return False, None
         self._finish_runs.append(run)
+        self._holding.add(request.request_id)
         return True, None
 
     # --- worker side: registration ------------------------------------------------------------
@@ -554,7 +686,8 @@ class FlatCakeConnector(KVConnectorBase_V1):
         if not meta.loads and not meta.saves:
             return
         layout = self._require_layout("start_load_kv")
-        self._save_staging.reset()
+        # (No reset of the save staging here: vLLM starts a step's loads after its forward when
+        # none is synchronous, and save_kv_layer has then staged this step's blocks in it.)
         for run in meta.saves:
             if run.finish:
                 self._write(run, self._gather_all(run))
@@ -564,18 +697,25 @@ class FlatCakeConnector(KVConnectorBase_V1):
             keys = [k + self._suffix for k in run.keys]
             staging = None
             if self._staged:
-                staging = self._load_staging.take(len(keys) * layout.block_bytes)
+                nbytes = len(keys) * layout.block_bytes
+                # An asynchronous load outlives the step: a buffer of its own.
+                staging = (_host_buffer(nbytes) if run.asynchronous
+                           else self._load_staging.take(nbytes))
                 ptrs = self._staging_pointers(staging, len(keys))
             else:
                 ptrs = self._paged_pointers(run.block_ids)
+            pending = self._async_pending if run.asynchronous else self._pending
             try:
                 handle = self._store.restore(keys, layout, ptrs, kind="slice_pointers")
             except (flatcake.Error, ValueError) as e:
                 logger.warning("FlatCakeConnector: restore of %d blocks of %s failed: %s",
                                len(keys), run.req_id, e)
+                handle = None
+            load = _PendingLoad(run, handle, staging, failed=handle is None)
+            if handle is None and not run.asynchronous:
                 self._load_errors.update(run.block_ids)
                 continue
-            self._pending.append(_PendingLoad(run, handle, staging))
+            pending.append(load)
 
     def _copy_layer_in(self, load: _PendingLoad, layer: int) -> None:
         """CUDA path: one layer of a staged restore onto the device."""
@@ -603,27 +743,44 @@ class FlatCakeConnector(KVConnectorBase_V1):
                 continue
             self._copy_layer_in(load, layer)
 
+    def _complete(self, load: _PendingLoad) -> None:
+        """Waits for a restore, copies what the CUDA path staged onto the device, and turns the
+        blocks it did not deliver into load errors."""
+        delivered = [False] * len(load.run.block_ids)
+        if not load.failed:
+            load.handle.wait()
+            try:
+                delivered = [bool(f) for f in load.handle.result.found]
+            except flatcake.Error as e:
+                logger.warning("FlatCakeConnector: restore for %s failed: %s", load.run.req_id, e)
+        if not load.failed:  # layers no wait_for_layer_load asked for (CUDA path)
+            for layer in range(self._layout.num_layers):
+                self._copy_layer_in(load, layer)
+        missed = [b for b, ok in zip(load.run.block_ids, delivered) if not ok]
+        self._load_errors.update(missed)
+        self.counters["load_errors"] += len(missed)
+        self.counters["blocks_loaded"] += len(delivered) - len(missed)
+
     def _finish_loads(self) -> None:
         """Completes this step's restores; blocks they did not deliver become load errors."""
         for load in self._pending:
-            delivered = [False] * len(load.run.block_ids)
-            if not load.failed:
-                load.handle.wait()
-                try:
-                    delivered = [bool(f) for f in load.handle.result.found]
-                except flatcake.Error as e:
-                    logger.warning("FlatCakeConnector: restore for %s failed: %s",
-                                   load.run.req_id, e)
-            if not load.failed:  # layers no wait_for_layer_load asked for (CUDA path)
-                for layer in range(self._layout.num_layers):
-                    self._copy_layer_in(load, layer)
-            missed = [b for b, ok in zip(load.run.block_ids, delivered) if not ok]
-            self._load_errors.update(missed)
-            self.counters["load_errors"] += len(missed)
-            self.counters["blocks_loaded"] += len(delivered) - len(missed)
+            self._complete(load)
         if self._pending and self._staged:
             self._load_staging.fence(self._device)
         self._pending = []
+
+    def _finished_async_loads(self) -> Set[str]:
+        """The asynchronous loads that are done, completed (their blocks in vLLM's cache, the
+        undelivered ones load errors reported in the same pass, as vLLM asks)."""
+        done = [load for load in self._async_pending if load.failed or load.handle.done()]
+        if not done:
+            return set()
+        self._async_pending = [load for load in self._async_pending if load not in done]
+        for load in done:
+            self._complete(load)
+        if self._staged:
+            _sync(self._device)  # on the device before vLLM schedules the request
+        return {load.run.req_id for load in done}
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         self._finish_loads()
@@ -642,7 +799,7 @@ class FlatCakeConnector(KVConnectorBase_V1):
         """Pointers to the run's bytes: the paged cache itself, or (CUDA) a filled host copy."""
         if not self._staged:
             return self._paged_pointers(run.block_ids)
-        buf = self._save_staging.take(len(run.block_ids) * self._layout.block_bytes)
+        buf = _host_buffer(len(run.block_ids) * self._layout.block_bytes)
         for layer in range(self._layout.num_layers):
             self._gather_layer(run, buf, layer)
         _sync(self._device)
@@ -693,8 +850,13 @@ class FlatCakeConnector(KVConnectorBase_V1):
         self._save_buffers = {}
 
     def _write(self, run: _BlockRun, ptrs: List[int]) -> None:
-        """One put; a failure is logged (a dropped save is a later miss, not an error)."""
+        """One put; a failure is logged (a dropped save is a later miss, not an error), and the
+        request's later blocks are not written: past the gap no lookup, which counts leading
+        blocks, could ever reach them."""
         keys = [k + self._suffix for k in run.keys]
+        if run.req_id in self._broken_chains:
+            self.counters["saves_skipped"] += len(keys)
+            return
         tail = run.prefix_tail + self._suffix if run.prefix_tail is not None else None
         try:
             put = self._store.put(keys, self._layout, ptrs, kind="slice_pointers",
@@ -704,25 +866,34 @@ class FlatCakeConnector(KVConnectorBase_V1):
             self.counters["blocks_saved"] += put.written
         except (flatcake.Error, ValueError) as e:
             self.counters["save_errors"] += len(keys)
-            logger.warning("FlatCakeConnector: saving %d blocks of %s failed: %s", len(keys),
-                           run.req_id, e)
+            self._broken_chains.add(run.req_id)
+            logger.warning("FlatCakeConnector: saving %d blocks of %s failed: %s; its later "
+                           "blocks are not saved", len(keys), run.req_id, e)
 
-    def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], None]:
-        """Requests whose end-of-request save is written (vLLM may now free their blocks)."""
+    def get_finished(self, finished_req_ids: Set[str]
+                     ) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
+        """Requests whose end-of-request save is written (vLLM may now free their blocks), and
+        requests whose asynchronous load is done (every worker reports each once)."""
         for req_id in finished_req_ids:
             self._finished_ids[req_id] = None
+            self._broken_chains.discard(req_id)
         while len(self._finished_ids) > _FINISHED_IDS_KEPT:
             self._finished_ids.popitem(last=False)
         done = {r for r in self._saved_finish if r in self._finished_ids}
         for req_id in done:
             self._saved_finish.discard(req_id)
             del self._finished_ids[req_id]
-        return (done or None), None
+        loaded = self._finished_async_loads()
+        return (done or None), (loaded or None)
 
     def shutdown(self) -> None:
-        """Finishes this step's restores and returns the store (the last user closes it)."""
+        """Finishes the restores in flight and returns the store (the last user closes it)."""
         if self._pending:
             self._finish_loads()
+        for load in self._async_pending:
+            if not load.failed:
+                load.handle.wait()
+        self._async_pending = []
         if self._fingerprint is not None:
             _shared_stores.release(self._fingerprint)
             self._fingerprint = None

@@ -20,7 +20,7 @@ sys.path.insert(0, HERE)  # host_pool.py, hybrid_pools.py, sglang_util.py
 # (SGLang 8905cbd's modules and types; see sglang_standin/README.md). test_sglang_v2.py checks
 # the fallback used without SGLang in a subprocess.
 sys.path.insert(0, os.path.join(HERE, "sglang_standin"))
-# Likewise vLLM: flatcake.vllm subclasses the stand-in's KVConnectorBase_V1 (vLLM 003df296; see
+# Likewise vLLM: flatcake.vllm subclasses the stand-in's KVConnectorBase_V1 (vLLM 00f4240e; see
 # vllm_standin/README.md); test_vllm_connector.py checks the fallback in a subprocess.
 sys.path.insert(0, os.path.join(HERE, "vllm_standin"))
 REPO = os.path.dirname(os.path.dirname(HERE))

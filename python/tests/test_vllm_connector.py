@@ -3,7 +3,9 @@
 The engine is vllm_standin (vLLM 00f4240e's connector interface and the scheduler, executor and
 worker paths around it; see vllm_standin/README.md) with the fake model of vllm_util.py, whose
 attention checks every byte of every earlier position of every layer before it computes. The
-round trips run over the per-layer KV cache tensors of vLLM 003df296 and before (SHAPES).
+round trips run over vLLM main's KV cache views (PACKED: one buffer per group, a strided 4D
+view per layer, in the layouts LBNHC (vLLM's default), LBHNC, BLHNC, BLNHC; "mla_<layout>") and
+the per-layer tensors of vLLM 003df296 and before (SHAPES).
 """
 
 import dataclasses
@@ -14,19 +16,20 @@ import torch
 
 import flatcake
 import flatcake.vllm as fv
-from flatcake import _shared_stores
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorBase_V1, KVConnectorRole
 from vllm.v1.kv_cache_interface import KVCacheConfig
 from vllm.v1.request import RequestStatus
 from isolated import run_without
-from vllm_util import SHAPES, Engine, is_mla, paged_cache, prompt, vllm_config
+from vllm_util import (PACKED, SHAPES, Engine, is_mla, no_store_outlives_its_test,  # noqa: F401
+                       paged_cache, prompt, vllm_config)
 
 DRAM = {"dram_bytes": "64MiB"}
 BS = 16
 NAMED_METHODS = ("get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta",
                  "request_finished", "register_kv_caches", "start_load_kv", "wait_for_layer_load",
                  "save_kv_layer", "wait_for_save", "get_finished")
+KV_FORMS = SHAPES + PACKED + ("mla_LBNHC", "mla_BLHNC")  # every form vLLM registers
 needs_daemon = pytest.mark.skipif(not getattr(flatcake._core, "has_daemon_client", False),
                                   reason="built without the daemon")
 
@@ -56,18 +59,6 @@ class SpyStore:
                 events.append(("restored", layer))
 
         return Handle()
-
-
-@pytest.fixture(autouse=True)
-def no_store_outlives_its_test():
-    """Engines of one test share a store (same configuration, one process); a failed test must
-    not leave its store to the next."""
-    yield
-    leaked = list(_shared_stores._stores)
-    for fingerprint in leaked:
-        while fingerprint in _shared_stores._stores:
-            _shared_stores.release(fingerprint)
-    assert not leaked, "a test left a store open"
 
 
 def spy(engine, rank=0):
@@ -131,7 +122,7 @@ def test_without_vllm_it_subclasses_its_own_interface():
 
 
 @pytest.mark.parametrize("staged", [False, True], ids=["in_place", "staged"])
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", KV_FORMS)
 def test_a_request_saved_then_loaded_layer_by_layer(shape, staged):
     """Engine A computes a 4-layer request and saves it; engine B (same store, empty GPU cache)
     loads its prefix: each layer's restore has landed before that layer's attention runs, every
@@ -163,7 +154,7 @@ def test_a_request_saved_then_loaded_layer_by_layer(shape, staged):
     b.close()
 
 
-@pytest.mark.parametrize("shape", ["mha"])
+@pytest.mark.parametrize("shape", ["mha", "LBNHC"])
 def test_a_partial_prefix_hit_loads_only_the_blocks_beyond_the_local_hit(shape):
     a = Engine(DRAM, shape=shape)
     base = prompt(100, seed=2)
@@ -182,20 +173,22 @@ def test_a_partial_prefix_hit_loads_only_the_blocks_beyond_the_local_hit(shape):
         e.close()
 
 
-@pytest.mark.parametrize("shape,v2", [("mha", False), ("mha", True)],
-                         ids=["mha", "mha_v2_runner"])
+@pytest.mark.parametrize("shape,v2", [("mha", False), ("LBNHC", False), ("LBNHC", True)],
+                         ids=["mha", "LBNHC", "LBNHC_v2_runner"])
 def test_a_preempted_request_resumes_from_flatcake(shape, v2):
     """Two requests fill the GPU cache; when the first needs a 7th block to decode, vLLM preempts
-    the second and frees its blocks. Without a local prefix cache, the resumed request loads its
-    prompt blocks (saved by its first prefill) from FlatCake instead of recomputing them. (The
-    V2 model runner hands the resumed request to the workers as a new one.)"""
+    the second and frees its blocks. Without a local prefix cache, the resumed request loads
+    every full block it had computed from FlatCake instead of recomputing them: its 5 prompt
+    blocks (saved by its prefill) and the 6th, which decoding filled (saved in the step that
+    filled it): 96 of its 98 tokens, where saving reply blocks only at the end gave 80. (The V2
+    model runner hands the resumed request to the workers as a new one.)"""
     e = Engine(DRAM, num_blocks=13, prefix_caching=False, shape=shape, v2=v2)  # 12 + null
     pa, pb = prompt(90, seed=5), prompt(90, seed=6)
     ra = e.add("a", pa, max_tokens=12)
     rb = e.add("b", pb, max_tokens=12)
     out = e.run()
     assert rb.num_preemptions == 1 and ra.num_preemptions == 0
-    assert [x for x in e.scheduler.admissions if x[0] == "b"] == [("b", 0, 0), ("b", 0, 80)]
+    assert [x for x in e.scheduler.admissions if x[0] == "b"] == [("b", 0, 0), ("b", 0, 96)]
     assert e.mismatches == []
     ref = Engine({}, shape=shape)  # room for both: no preemption
     ref.add("a", pa, max_tokens=12)
@@ -207,7 +200,7 @@ def test_a_preempted_request_resumes_from_flatcake(shape, v2):
 
 
 @pytest.mark.parametrize("staged", [False, True], ids=["in_place", "staged"])
-def test_the_end_of_a_request_saves_its_reply_blocks_and_holds_them_until_then(staged):
+def test_reply_blocks_are_saved_as_they_fill_and_nothing_is_held_at_the_end(staged):
     e = Engine(DRAM, staged=staged)
     store = spy(e)
     turn1 = prompt(40, seed=7)
@@ -217,18 +210,20 @@ def test_the_end_of_a_request_saves_its_reply_blocks_and_holds_them_until_then(s
     while not finished:
         e.step()
         finished = list(e.outputs)
-    # request_finished returned True: the blocks stay until the workers report the save.
-    assert req.num_computed_tokens == 69 and "s" in e.scheduler.requests
+    # Every full block was saved in the step that filled it: nothing is left to save, so vLLM
+    # frees the request's blocks at once.
+    assert req.num_computed_tokens == 69 and "s" not in e.scheduler.requests
+    assert not e.scheduler.connector.has_pending_block_frees()
     free = 64 - 1  # all but vLLM's null block
-    assert e.scheduler.kv_cache_manager.num_free_blocks == free - 5
-    e.step()  # the workers write blocks 2..3 (tokens 32..63) and report "s" in get_finished
-    assert "s" not in e.scheduler.requests
     assert e.scheduler.kv_cache_manager.num_free_blocks == free
-    (k0, h0), (k1, h1) = store.puts
-    assert len(k0) == 2 and len(k1) == 2  # prompt blocks 0-1 at prefill, 2-3 at the end
-    assert h1["prefix_tail"] == k0[-1] and h1["context_tokens"] == 32 and h0["prefix_tail"] is None
-    assert h0["session"] == h1["session"] == "conv-9" and h1["turn"] == 3
-    keys = k0 + k1
+    puts = store.puts
+    # Prompt blocks 0-1 at prefill; blocks 2 and 3 (tokens 32..63) as decoding filled them.
+    assert [len(k) for k, _ in puts] == [2, 1, 1]
+    (k0, h0), (k1, h1), (k2, h2) = puts
+    assert h0["prefix_tail"] is None and h1["prefix_tail"] == k0[-1] and h2["prefix_tail"] == k1[0]
+    assert (h1["context_tokens"], h2["context_tokens"]) == (32, 48)
+    assert {h["session"] for _, h in puts} == {"conv-9"} and h2["turn"] == 3
+    keys = k0 + k1 + k2
     assert e.workers[0].connector._store.lookup(keys).leading_hits == 4
     assert keys[0].startswith("org/test-model/") and keys[0].endswith("_tp0of1")
     # The next turn's prompt is this turn's prompt, reply and more: with vLLM's own cache gone,
@@ -237,13 +232,33 @@ def test_the_end_of_a_request_saves_its_reply_blocks_and_holds_them_until_then(s
     e.serve("s2", turn1 + list(req.output_token_ids) + prompt(20, seed=17), max_tokens=2)
     assert e.scheduler.admissions[-1] == ("s2", 0, 64) and e.mismatches == []
     e.close()
-    off = Engine(dict(DRAM, save_on_finish=False))
+    off = Engine(dict(DRAM, save_decode=False))
     spied = spy(off)
     r = off.add("s", prompt(40, seed=7), max_tokens=30)
     off.run()
     assert r.request_id == "s" and [len(k) for k, _ in spied.puts] == [2]
     assert spied.puts[0][1]["session"] == "s"  # the request id, when vLLM names no session
     off.close()
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["in_place", "staged"])
+def test_a_finish_save_and_a_prompt_save_in_one_step_keep_their_bytes(staged):
+    """vLLM 00f4240e starts a step's transfers after the forward when the step loads nothing
+    synchronously: request a's end-of-request save then runs after b's prompt blocks were
+    copied out layer by layer in the same step; both must reach the store intact."""
+    e = Engine(DRAM, staged=staged)
+    e.add("a", prompt(40, seed=21), max_tokens=30)
+    while "a" not in e.outputs:
+        e.step()
+    e.add("b", prompt(80, seed=22), max_tokens=2)
+    so = e.step()  # b's prefill and a's finish save, no synchronous load
+    assert [n.req_id for n in so.scheduled_new_reqs] == ["b"] and not so.has_sync_kv_loads
+    e.run()
+    f = Engine(DRAM)  # the same store: b's prompt comes back from it
+    f.serve("b2", prompt(80, seed=22), max_tokens=2)
+    assert f.scheduler.admissions == [("b2", 0, 64)] and f.mismatches == []
+    e.close()
+    f.close()
 
 
 def test_kv_roles_producer_only_saves_consumer_only_loads():
@@ -290,7 +305,7 @@ def test_a_block_the_store_lost_is_reported_then_recomputed_or_failed(policy):
 
 
 @needs_daemon
-@pytest.mark.parametrize("shape", ["mha", "mla"])
+@pytest.mark.parametrize("shape", ["mha", "mla", "LBNHC", "mla_LBNHC"])
 def test_two_ranks_through_the_daemon(daemon, shape):
     """TP 2: one scheduler, two workers, one daemon. MHA ranks keep their own heads under their
     own keys (a rank never receives the other's bytes); MLA ranks share one copy."""
@@ -342,8 +357,10 @@ def test_bad_configuration_fails_at_startup_with_a_clear_error():
         build({"tenant": "x"})
     with pytest.raises(ValueError, match="force_medium"):
         build({"force_medium": "tape"})
-    with pytest.raises(ValueError, match="save_on_finish"):
-        build({"save_on_finish": "yes"})
+    with pytest.raises(ValueError, match="save_decode"):
+        build({"save_decode": "yes"})
+    with pytest.raises(ValueError, match="async_load"):
+        build({"async_load": "sometimes"})
     with pytest.raises(ValueError, match="daemon"):
         build(DRAM, tp=2)  # an embedded store cannot serve two worker processes
     with pytest.raises(ValueError, match="daemon"):

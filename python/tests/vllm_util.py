@@ -26,8 +26,8 @@ import dataclasses
 import hashlib
 from typing import Optional
 
+import pytest
 import torch
-
 from vllm.config import (CacheConfig, KVTransferConfig, ModelConfig, ParallelConfig,
                          SchedulerConfig, VllmConfig)
 from vllm.distributed import parallel_state
@@ -45,6 +45,8 @@ from vllm.v1.kv_cache_layout import KVCacheLayout
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.worker.kv_connector_model_runner_mixin import KVConnectorModelRunnerMixin
+
+from flatcake import _shared_stores
 
 KV_TRANSFER = {"kv_connector": "FlatCakeConnector", "kv_connector_module_path": "flatcake.vllm"}
 SHAPES = ("mha", "mha_hnd", "mha_flashinfer", "mla")  # vLLM 003df296 and before
@@ -402,3 +404,15 @@ class Engine:
 def prompt(n, seed=0, vocab=5000):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(1, vocab, (n,), generator=g).tolist()
+
+
+@pytest.fixture(autouse=True)
+def no_store_outlives_its_test():
+    """Autouse in every test module that imports it. Engines of one test share a store (same
+    configuration, one process); a failed test must not leave its store to the next."""
+    yield
+    leaked = list(_shared_stores._stores)
+    for fingerprint in leaked:
+        while fingerprint in _shared_stores._stores:
+            _shared_stores.release(fingerprint)
+    assert not leaked, "a test left a store open"
