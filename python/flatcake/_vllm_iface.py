@@ -261,3 +261,42 @@ class KVConnectorBase_V1(ABC):  # noqa: N801 - vLLM's name
 
     def reset_cache(self) -> Optional[bool]:
         return None
+
+
+# vllm/distributed/kv_transfer/kv_connector/v1/metrics.py: the bases of a connector's statistics
+# and Prometheus metrics (vLLM builds them through the connector class's classmethods).
+@dataclass
+class KVConnectorStats:
+    """Serializable transfer telemetry: plain data in ``data``."""
+
+    data: Dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return self.data
+
+    def reset(self) -> None:
+        raise NotImplementedError
+
+    def aggregate(self, other: "KVConnectorStats") -> "KVConnectorStats":
+        raise NotImplementedError
+
+    def reduce(self) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def is_empty(self) -> bool:
+        raise NotImplementedError
+
+
+class KVConnectorPromMetrics:
+    """Base of a connector's Prometheus metrics; ``metric_types`` maps prometheus_client's Gauge,
+    Counter and Histogram to the classes to instantiate (vLLM's, in its order)."""
+
+    def __init__(self, vllm_config: Any, metric_types: dict, labelnames: list,
+                 per_engine_labelvalues: dict) -> None:
+        self._kv_transfer_config = vllm_config.kv_transfer_config
+        self._gauge_cls, self._counter_cls, self._histogram_cls = list(metric_types.values())[:3]
+        self._labelnames = labelnames
+        self.per_engine_labelvalues = per_engine_labelvalues
+
+    def observe(self, transfer_stats_data: Dict[str, Any], engine_idx: int = 0) -> None:
+        raise NotImplementedError

@@ -63,6 +63,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -80,11 +81,20 @@ try:  # vLLM present: subclass its interface so its factory and scheduler accept
     )
 except ImportError:  # pragma: no cover - exercised when vLLM is absent (the test machine)
     from ._vllm_iface import KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole
+try:
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (  # type: ignore
+        KVConnectorPromMetrics,
+        KVConnectorStats,
+    )
+except ImportError:  # pragma: no cover - as above
+    from ._vllm_iface import KVConnectorPromMetrics, KVConnectorStats
 
 __all__ = [
     "CONNECTOR_OPTIONS",
     "FlatCakeConnector",
     "FlatCakeConnectorMetadata",
+    "FlatCakeConnectorStats",
+    "FlatCakePromMetrics",
     "KVConnectorBase_V1",
     "KVConnectorMetadata",
     "KVConnectorRole",
@@ -115,6 +125,90 @@ CONNECTOR_OPTIONS: Dict[str, str] = {
 # Finished request ids remembered for get_finished (vLLM names a request there in the same step
 # as its save at the latest); older ones are forgotten.
 _FINISHED_IDS_KEPT = 8192
+
+
+# The connector's statistics, per step: each key a list of numbers, one per event (a lookup, a
+# restore, a write), so that vLLM's aggregation across workers and steps is concatenation.
+_STAT_KEYS = {
+    "lookups": "requests looked up (scheduler)",
+    "hit_blocks": "leading blocks found per lookup (scheduler)",
+    "load_seconds_dram": "seconds a restore served from DRAM alone took, start to done",
+    "load_seconds_ssd": "seconds a restore that read the SSD took, start to done",
+    "load_bytes_dram": "bytes a restore delivered from DRAM",
+    "load_bytes_ssd": "bytes a restore delivered from SSD",
+    "blocks_loaded": "blocks a restore delivered",
+    "load_errors": "blocks a restore did not deliver (vLLM recomputes them)",
+    "blocks_saved": "blocks a write stored",
+    "save_errors": "blocks a write failed to store",
+}
+
+
+class FlatCakeConnectorStats(KVConnectorStats):
+    """FlatCake's transfer statistics (vLLM's ``KVConnectorStats``): ``data`` maps each of
+    ``_STAT_KEYS`` to a list of numbers, one per event. Workers' and steps' objects aggregate by
+    concatenation; ``reduce`` gives the log line's counts, bytes and latency per medium."""
+
+    def record(self, key: str, value: float) -> None:
+        self.data.setdefault(key, []).append(value)
+
+    def reset(self) -> None:
+        self.data = {}
+
+    def aggregate(self, other: "KVConnectorStats") -> "FlatCakeConnectorStats":
+        for key, values in (other.data or {}).items():
+            self.data.setdefault(key, []).extend(values)
+        return self
+
+    def reduce(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        for key in ("lookups", "hit_blocks", "blocks_loaded", "load_errors", "blocks_saved",
+                    "save_errors", "load_bytes_dram", "load_bytes_ssd"):
+            out[key] = int(sum(self.data.get(key, ())))
+        for medium in ("dram", "ssd"):
+            times = sorted(self.data.get(f"load_seconds_{medium}", ()))
+            out[f"loads_{medium}"] = len(times)
+            if times:
+                out[f"load_ms_p50_{medium}"] = round(1e3 * times[len(times) // 2], 3)
+                out[f"load_ms_p99_{medium}"] = round(1e3 * times[(len(times) * 99) // 100], 3)
+        return out
+
+    def is_empty(self) -> bool:
+        return not any(self.data.values())
+
+
+class FlatCakePromMetrics(KVConnectorPromMetrics):
+    """The statistics as Prometheus counters (``vllm:flatcake_<key>_total``) and, for restore
+    latency, a histogram per medium (``vllm:flatcake_load_seconds{medium=...}``)."""
+
+    _LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                        2.5, 5.0, 10.0]
+
+    def __init__(self, vllm_config: Any, metric_types: dict, labelnames: List[str],
+                 per_engine_labelvalues: Dict[int, List[object]]) -> None:
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        self._counters: Dict[str, Dict[int, Any]] = {}
+        for key, doc in _STAT_KEYS.items():
+            if key.startswith("load_seconds_"):
+                continue
+            counter = self._counter_cls(name=f"vllm:flatcake_{key}", documentation=doc,
+                                        labelnames=labelnames)
+            self._counters[key] = {e: counter.labels(*v)
+                                   for e, v in per_engine_labelvalues.items()}
+        latency = self._histogram_cls(name="vllm:flatcake_load_seconds",
+                                      documentation="seconds a restore took, by the slowest "
+                                      "medium it read", labelnames=labelnames + ["medium"],
+                                      buckets=self._LATENCY_BUCKETS)
+        self._latency = {m: {e: latency.labels(*v, m) for e, v in per_engine_labelvalues.items()}
+                         for m in ("dram", "ssd")}
+
+    def observe(self, transfer_stats_data: Dict[str, Any], engine_idx: int = 0) -> None:
+        for key, children in self._counters.items():
+            total = sum(transfer_stats_data.get(key, ()))
+            if total:
+                children[engine_idx].inc(total)
+        for medium, children in self._latency.items():
+            for seconds in transfer_stats_data.get(f"load_seconds_{medium}", ()):
+                children[engine_idx].observe(seconds)
 
 
 @dataclass
@@ -294,6 +388,7 @@ class _PendingLoad:
     run: _BlockRun
     handle: Any  # flatcake.RestoreHandle
     staging: Optional[torch.Tensor] = None  # [layers, planes, blocks, slice_bytes] (CUDA path)
+    started: float = field(default_factory=time.monotonic)
     copied: Set[int] = field(default_factory=set)  # layers already on the device
     failed: bool = False
 
@@ -361,6 +456,7 @@ class FlatCakeConnector(KVConnectorBase_V1):
         self._saved_finish: Set[str] = set()
         self._finished_ids: "OrderedDict[str, None]" = OrderedDict()
         self._broken_chains: Set[str] = set()  # requests a save of failed: none after it
+        self._stats = FlatCakeConnectorStats()  # since the last get_kv_connector_stats
         self.counters = {"lookups": 0, "blocks_loaded": 0, "blocks_saved": 0, "load_errors": 0,
                          "save_errors": 0, "saves_skipped": 0}
 
@@ -498,6 +594,8 @@ class FlatCakeConnector(KVConnectorBase_V1):
         self.counters["lookups"] += 1
         keys = self._block_keys(request, (request.num_tokens - 1) // self._block_size)
         hits, on_ssd = self._leading_hits(keys)
+        self._stats.record("lookups", 1)
+        self._stats.record("hit_blocks", hits)
         self._hits[request.request_id] = (hits, on_ssd)
         if not self._loads or getattr(request, "skip_reading_prefix_cache", False):
             return 0, False
@@ -760,6 +858,15 @@ class FlatCakeConnector(KVConnectorBase_V1):
         self._load_errors.update(missed)
         self.counters["load_errors"] += len(missed)
         self.counters["blocks_loaded"] += len(delivered) - len(missed)
+        self._stats.record("blocks_loaded", len(delivered) - len(missed))
+        if missed:
+            self._stats.record("load_errors", len(missed))
+        if not load.failed and len(missed) < len(delivered):
+            result = load.handle.result
+            medium = "ssd" if result.bytes_from_ssd else "dram"
+            self._stats.record(f"load_seconds_{medium}", time.monotonic() - load.started)
+            self._stats.record("load_bytes_dram", result.bytes_from_dram)
+            self._stats.record("load_bytes_ssd", result.bytes_from_ssd)
 
     def _finish_loads(self) -> None:
         """Completes this step's restores; blocks they did not deliver become load errors."""
@@ -864,8 +971,10 @@ class FlatCakeConnector(KVConnectorBase_V1):
                                   context_tokens=run.context_tokens,
                                   force_medium=self._force_medium)
             self.counters["blocks_saved"] += put.written
+            self._stats.record("blocks_saved", put.written)
         except (flatcake.Error, ValueError) as e:
             self.counters["save_errors"] += len(keys)
+            self._stats.record("save_errors", len(keys))
             self._broken_chains.add(run.req_id)
             logger.warning("FlatCakeConnector: saving %d blocks of %s failed: %s; its later "
                            "blocks are not saved", len(keys), run.req_id, e)
@@ -885,6 +994,27 @@ class FlatCakeConnector(KVConnectorBase_V1):
             del self._finished_ids[req_id]
         loaded = self._finished_async_loads()
         return (done or None), (loaded or None)
+
+    # --- statistics (both sides) ----------------------------------------------------------------
+    def get_kv_connector_stats(self) -> Optional[FlatCakeConnectorStats]:
+        """This side's statistics since the last call (vLLM aggregates the workers' and the
+        scheduler's every step), or None when nothing happened."""
+        if self._stats.is_empty():
+            return None
+        stats, self._stats = self._stats, FlatCakeConnectorStats()
+        return stats
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: Optional[Dict[str, Any]] = None
+                                 ) -> FlatCakeConnectorStats:
+        """The statistics object from its ``to_dict()`` (vLLM's logger and metrics process)."""
+        return FlatCakeConnectorStats(data=dict(data or {}))
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config: Any, metric_types: dict, labelnames: List[str],
+                           per_engine_labelvalues: Dict[int, List[object]]
+                           ) -> FlatCakePromMetrics:
+        return FlatCakePromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     def shutdown(self) -> None:
         """Finishes the restores in flight and returns the store (the last user closes it)."""

@@ -179,3 +179,73 @@ def test_the_packed_view_keys_one_plane_per_layer():
     assert layout.num_planes == 1 and layout.slice_bytes == BS * 2 * 2 * 16 * 2  # heads 2, K|V
     assert e.mismatches == []
     e.close()
+
+
+class FakeMetric:
+    """A prometheus_client metric as vLLM's metric_types hand them over: labels() gives a child
+    that counts or observes."""
+
+    made: dict = {}
+
+    def __init__(self, name, documentation, labelnames, buckets=None):
+        self.name, self.labelnames, self.children = name, list(labelnames), {}
+        FakeMetric.made[name] = self
+
+    def labels(self, *values):
+        assert len(values) == len(self.labelnames), (self.name, values)
+        return self.children.setdefault(values, FakeChild())
+
+
+class FakeChild:
+    def __init__(self):
+        self.total, self.observed = 0, []
+
+    def inc(self, n):
+        self.total += n
+
+    def observe(self, v):
+        self.observed.append(v)
+
+
+def test_statistics_reach_vllms_logger_and_prometheus(ssd_dir):
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (Counter, Gauge, Histogram,
+                                                                      KVConnectorLogging)
+    cfg = ssd_store(ssd_dir)
+    on_ssd, in_dram = prompt(80, seed=40), prompt(64, seed=41)
+    writer = Engine(dict(cfg, force_medium="ssd"))
+    writer.serve("w1", on_ssd, max_tokens=2)
+    writer.close()
+    writer = Engine(dict(cfg, force_medium="dram"))
+    writer.serve("w2", in_dram, max_tokens=2)
+    e = Engine(cfg)
+    e.serve("x", on_ssd, max_tokens=2)  # 4 blocks from SSD, asynchronously
+    e.serve("y", in_dram, max_tokens=2)  # 3 blocks from DRAM, in the step
+    e.serve("z", prompt(40, seed=42), max_tokens=2)  # a miss: its 2 full blocks are saved
+    steps = e.scheduler.kv_connector_stats  # per step, the merged to_dict() vLLM publishes
+    assert steps and all(isinstance(d, dict) for d in steps)
+    logging_ = KVConnectorLogging(type(e.scheduler.connector))
+    for d in steps:
+        logging_.observe(d)
+    total = logging_.transfer_stats_accumulator.reduce()
+    assert total["lookups"] == 3 and total["hit_blocks"] == 7
+    assert total["loads_ssd"] == 1 and total["loads_dram"] == 1
+    assert total["blocks_loaded"] == 7 and total["load_errors"] == 0
+    layout = e.workers[0].connector._layout
+    assert total["load_bytes_ssd"] > 0 and \
+        total["load_bytes_ssd"] + total["load_bytes_dram"] == 7 * layout.block_bytes
+    assert total["blocks_saved"] == 2 and total["save_errors"] == 0  # x's and y's were there
+    logging_.log()
+    assert logging_.lines and "loads_ssd=1" in logging_.lines[0]
+    FakeMetric.made = {}
+    prom = type(e.scheduler.connector).build_prom_metrics(
+        e.scheduler.vllm_config, {Gauge: FakeMetric, Counter: FakeMetric, Histogram: FakeMetric},
+        ["model_name", "engine"], {0: ["m", "0"]})
+    for d in steps:
+        prom.observe(d, 0)
+    loaded = FakeMetric.made["vllm:flatcake_blocks_loaded"].children[("m", "0")]
+    assert loaded.total == 7
+    latency = FakeMetric.made["vllm:flatcake_load_seconds"].children
+    assert len(latency[("m", "0", "ssd")].observed) == 1
+    assert len(latency[("m", "0", "dram")].observed) == 1
+    writer.close()
+    e.close()
