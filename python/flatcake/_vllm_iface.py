@@ -300,3 +300,72 @@ class KVConnectorPromMetrics:
 
     def observe(self, transfer_stats_data: Dict[str, Any], engine_idx: int = 0) -> None:
         raise NotImplementedError
+
+
+# vllm/distributed/kv_events.py: the KV cache events a connector publishes (BlockStored), and the
+# folding of workers' events (an event every worker emitted is common).
+@dataclass
+class BlockStored:
+    block_hashes: list
+    parent_block_hash: Any
+    token_ids: list
+    block_size: int
+    lora_id: Optional[int]
+    medium: Optional[str]
+    lora_name: Optional[str]
+
+    def __hash__(self) -> int:
+        return hash((tuple(self.block_hashes), self.parent_block_hash, tuple(self.token_ids),
+                     self.block_size, self.medium))
+
+
+class KVEventAggregator:
+    def __init__(self, num_workers: int) -> None:
+        self._num_workers = num_workers
+        self._counts: Dict[Any, int] = {}
+
+    def add_events(self, events: list) -> None:
+        for e in events:
+            self._counts[e] = self._counts.get(e, 0) + 1
+
+    def get_common_events(self) -> list:
+        return [e for e, n in self._counts.items() if n == self._num_workers]
+
+    def get_all_events(self) -> list:
+        return [e for e, n in self._counts.items() for _ in range(n)]
+
+    def clear_events(self) -> None:
+        self._counts.clear()
+
+    def increment_workers(self, count: int = 1) -> None:
+        self._num_workers += count
+
+    def reset_workers(self) -> None:
+        self._num_workers = 1
+
+    def get_number_of_workers(self) -> int:
+        return self._num_workers
+
+
+class KVConnectorKVEvents(ABC):
+    @abstractmethod
+    def add_events(self, events: list) -> None: ...
+
+    @abstractmethod
+    def aggregate(self) -> "KVConnectorKVEvents": ...
+
+    @abstractmethod
+    def increment_workers(self, count: int = 1) -> None: ...
+
+    @abstractmethod
+    def get_all_events(self) -> list: ...
+
+    @abstractmethod
+    def get_number_of_workers(self) -> int: ...
+
+    @abstractmethod
+    def clear_events(self) -> None: ...
+
+    def merge(self, other: "KVConnectorKVEvents") -> "KVConnectorKVEvents":
+        self.add_events(other.get_all_events())
+        return self

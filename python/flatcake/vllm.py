@@ -66,7 +66,7 @@ import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 import torch
 
@@ -88,12 +88,21 @@ try:
     )
 except ImportError:  # pragma: no cover - as above
     from ._vllm_iface import KVConnectorPromMetrics, KVConnectorStats
+try:
+    from vllm.distributed.kv_events import (  # type: ignore
+        BlockStored,
+        KVConnectorKVEvents,
+        KVEventAggregator,
+    )
+except ImportError:  # pragma: no cover - as above
+    from ._vllm_iface import BlockStored, KVConnectorKVEvents, KVEventAggregator
 
 __all__ = [
     "CONNECTOR_OPTIONS",
     "FlatCakeConnector",
     "FlatCakeConnectorMetadata",
     "FlatCakeConnectorStats",
+    "FlatCakeKVEvents",
     "FlatCakePromMetrics",
     "KVConnectorBase_V1",
     "KVConnectorMetadata",
@@ -211,6 +220,41 @@ class FlatCakePromMetrics(KVConnectorPromMetrics):
                 children[engine_idx].observe(seconds)
 
 
+class FlatCakeKVEvents(KVConnectorKVEvents):
+    """A worker's KV events of one step (BlockStored for every run it wrote). vLLM folds the
+    workers' objects into one; ``aggregate`` keeps the events every worker emitted, so a block
+    is announced once it is stored for every worker (each TP rank stores its own heads)."""
+
+    def __init__(self, num_workers: int = 1) -> None:
+        self._aggregator = KVEventAggregator(num_workers)
+
+    def add_events(self, events: list) -> None:
+        self._aggregator.add_events(events)
+
+    def aggregate(self) -> "FlatCakeKVEvents":
+        common = self._aggregator.get_common_events()
+        self._aggregator.clear_events()
+        self._aggregator.add_events(common)
+        self._aggregator.reset_workers()
+        return self
+
+    def increment_workers(self, count: int = 1) -> None:
+        self._aggregator.increment_workers(count)
+
+    def get_all_events(self) -> list:
+        return self._aggregator.get_all_events()
+
+    def get_number_of_workers(self) -> int:
+        return self._aggregator.get_number_of_workers()
+
+    def clear_events(self) -> None:
+        self._aggregator.clear_events()
+
+
+# BlockStored's medium: where the store placed the blocks.
+_EVENT_MEDIUM = {"dram": "CPU", "ssd": "STORAGE"}
+
+
 @dataclass
 class _BlockRun:
     """Consecutive blocks of one request moving between vLLM's paged cache and the store."""
@@ -223,6 +267,10 @@ class _BlockRun:
     prefix_tail: Optional[str] = None  # key of the block before keys[0], without suffix
     context_tokens: int = 0  # tokens before keys[0]
     finish: bool = False  # saved for request_finished: reported by get_finished
+    # For the BlockStored event of a save: vLLM's block hashes, the one before, the tokens.
+    hashes: List[Any] = field(default_factory=list)
+    parent_hash: Any = None
+    token_ids: List[int] = field(default_factory=list)
     asynchronous: bool = False  # a load vLLM waits for (finished_recving), not in the step
 
 
@@ -256,6 +304,15 @@ def _block_sizes(vllm_config: Any, kv_cache_config: Any) -> Tuple[int, int]:
         return block_size, block_size
     block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
     return int(block_size), int(hash_block_size)
+
+
+def _event_hash(block_hash: Any) -> Any:
+    """A block hash as vLLM's KV events carry it (bytes, or the int vLLM may be set to use)."""
+    try:
+        from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash  # type: ignore
+    except ImportError:
+        return block_hash
+    return maybe_convert_block_hash(block_hash)
 
 
 def _hash_hex(block_hash: Any) -> str:
@@ -457,6 +514,8 @@ class FlatCakeConnector(KVConnectorBase_V1):
         self._finished_ids: "OrderedDict[str, None]" = OrderedDict()
         self._broken_chains: Set[str] = set()  # requests a save of failed: none after it
         self._stats = FlatCakeConnectorStats()  # since the last get_kv_connector_stats
+        self._kv_events: list = []  # worker: BlockStored since the last step's report
+        self._events_out: list = []  # scheduler: events every worker reported, for take_events
         self.counters = {"lookups": 0, "blocks_loaded": 0, "blocks_saved": 0, "load_errors": 0,
                          "save_errors": 0, "saves_skipped": 0}
 
@@ -552,18 +611,39 @@ class FlatCakeConnector(KVConnectorBase_V1):
 
     def update_connector_output(self, connector_output: Any) -> None:
         """Forgets the held requests whose saves the workers reported (vLLM frees their
-        blocks)."""
+        blocks), and keeps the KV events every worker emitted for take_events."""
         for req_id in getattr(connector_output, "finished_sending", None) or ():
             self._holding.discard(req_id)
+        events = getattr(connector_output, "kv_cache_events", None)
+        if events is not None:
+            self._events_out.extend(events.aggregate().get_all_events())
+
+    def take_events(self) -> Iterable[Any]:
+        """BlockStored for the blocks every worker stored since the last call."""
+        events, self._events_out = self._events_out, []
+        return events
+
+    def get_kv_connector_kv_cache_events(self) -> Optional[FlatCakeKVEvents]:
+        """This worker's BlockStored events of the step (None when it stored nothing)."""
+        if not self._kv_events:
+            return None
+        out = FlatCakeKVEvents()
+        out.add_events(self._kv_events)
+        self._kv_events = []
+        return out
 
     # --- scheduler side -----------------------------------------------------------------------
     def _block_keys(self, request: Any, max_blocks: int) -> List[str]:
         """Keys (without worker suffix) of the request's first full blocks, at most max_blocks.
         A block's key is the chained hash of its last hash block, which names the whole prefix
         through the block."""
-        k = self._hashes_per_block
-        hashes = request.block_hashes[k - 1::k]
+        hashes = self._block_hashes(request)
         return [self._namespace + _hash_hex(h) for h in hashes[:max(max_blocks, 0)]]
+
+    def _block_hashes(self, request: Any) -> List[Any]:
+        """vLLM's hash of each full block: that of its last hash block."""
+        k = self._hashes_per_block
+        return request.block_hashes[k - 1::k]
 
     def _leading_hits(self, keys: List[str]) -> Tuple[int, bool]:
         """Leading blocks every worker's keys have in the store, and whether any worker's
@@ -640,10 +720,15 @@ class FlatCakeConnector(KVConnectorBase_V1):
             return None
         session, turn = self._hints(request)
         state.stored_blocks = len(keys)
+        hashes = self._block_hashes(request)
+        bs = self._block_size
         return _BlockRun(request.request_id, keys[start:], state.block_ids[start:len(keys)],
                          session=session, turn=turn,
                          prefix_tail=keys[start - 1] if start > 0 else None,
-                         context_tokens=start * self._block_size, finish=finish)
+                         context_tokens=start * bs, finish=finish,
+                         hashes=[_event_hash(h) for h in hashes[start:len(keys)]],
+                         parent_hash=_event_hash(hashes[start - 1]) if start > 0 else None,
+                         token_ids=list(request.all_token_ids[start * bs:len(keys) * bs]))
 
     def _plan_load(self, meta: FlatCakeConnectorMetadata, state: _RequestState) -> None:
         if state.load is None:
@@ -972,6 +1057,11 @@ class FlatCakeConnector(KVConnectorBase_V1):
                                   force_medium=self._force_medium)
             self.counters["blocks_saved"] += put.written
             self._stats.record("blocks_saved", put.written)
+            if put.written and run.hashes:
+                self._kv_events.append(BlockStored(
+                    block_hashes=list(run.hashes), parent_block_hash=run.parent_hash,
+                    token_ids=list(run.token_ids), block_size=self._block_size, lora_id=None,
+                    medium=_EVENT_MEDIUM.get(put.medium, put.medium), lora_name=None))
         except (flatcake.Error, ValueError) as e:
             self.counters["save_errors"] += len(keys)
             self._stats.record("save_errors", len(keys))

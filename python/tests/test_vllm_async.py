@@ -249,3 +249,41 @@ def test_statistics_reach_vllms_logger_and_prometheus(ssd_dir):
     assert len(latency[("m", "0", "dram")].observed) == 1
     writer.close()
     e.close()
+
+
+def stored_events(engine):
+    return [ev for batch in engine.scheduler.kv_event_batches for ev in batch.events
+            if type(ev).__name__ == "BlockStored"]
+
+
+def test_every_block_stored_is_announced_once_with_vllms_hashes(ssd_dir):
+    cfg = ssd_store(ssd_dir)
+    e = Engine(dict(cfg, force_medium="ssd"))
+    p = prompt(40, seed=43)
+    req = e.add("r", p, max_tokens=30)
+    e.run()
+    ours = [ev for ev in stored_events(e) if ev.medium in ("CPU", "STORAGE")]
+    # Blocks 0-1 at prefill, 2 and 3 as decoding filled them: one event per write.
+    assert [len(ev.block_hashes) for ev in ours] == [2, 1, 1]
+    assert all(ev.medium == "STORAGE" and ev.block_size == BS for ev in ours)
+    hashes = [h for ev in ours for h in ev.block_hashes]
+    assert hashes == list(req.block_hashes[:4])
+    assert [ev.parent_block_hash for ev in ours] == [None, hashes[1], hashes[2]]
+    tokens = [t for ev in ours for t in ev.token_ids]
+    assert tokens == list(req.all_token_ids[:4 * BS])
+    e.close()
+    # Blocks already stored are written by nobody: no second announcement.
+    again = Engine(cfg)
+    again.serve("r2", p, max_tokens=2)
+    assert [ev for ev in stored_events(again) if ev.medium in ("CPU", "STORAGE")] == []
+    again.close()
+
+
+def test_two_ranks_announce_a_block_once_both_stored_it(daemon):
+    e = Engine({"daemon": daemon, "force_medium": "dram"}, tp=2)
+    req = e.add("r", prompt(48, seed=44), max_tokens=2)
+    e.run()
+    ours = [ev for ev in stored_events(e) if ev.medium in ("CPU", "STORAGE")]
+    assert [list(ev.block_hashes) for ev in ours] == [list(req.block_hashes[:3])]
+    assert ours[0].medium == "CPU"
+    e.close()
