@@ -107,6 +107,27 @@ def test_bench_coalesce_json():
     assert j["bytes_read"] / (4 << 20) <= j["reads_out"] < j["descs"]
 
 
+def test_bench_vllm_json_and_bad_input(tmp_path):
+    """The connector's load path against the store's restore, tiny: the JSON contract and every
+    byte verified (the figures of this shared machine are noise at these sizes)."""
+    j = last_json(run("bench", "vllm", "--bytes", "8M", "--first-layer-bytes", "8M", "--reps", "1",
+                      "--layers", "4", "--ssd-dir", str(tmp_path), "--json"))
+    assert j["mismatches"] == 0
+    for m in ("dram", "ssd"):
+        assert j[m]["bytes"] == 8 << 20
+        assert j[m]["connector_gbps"] > 0 and j[m]["store_gbps"] > 0
+        assert j[m]["connector_vs_store"] > 0
+    assert j["connector_vs_store"] == min(j["dram"]["connector_vs_store"],
+                                          j["ssd"]["connector_vs_store"])
+    assert 0 < j["first_layer_ms"] <= j["sync_load_ms"]
+    assert j["first_layer_bytes"] == 8 << 20 and j["first_layer_medium"] == "ssd"
+    assert 0 < j["step_ms_async"] and 0 < j["step_ms_sync"] and j["async_load_ms"] > 0
+    bad = run("bench", "vllm", "--media", "tape")
+    assert bad.returncode == 2 and "--media" in bad.stderr
+    assert run("bench", "vllm", "--reps", "0").returncode == 2
+    assert "connector_vs_store" in run("bench", "vllm", "--help").stdout
+
+
 def test_bench_sched_dram_requests_do_not_wait_behind_ssd_ones():
     j = last_json(run("bench", "sched", "--requests", "300", "--virtual", "--json"))
     assert j["requests"] == 300

@@ -37,6 +37,8 @@ void RegisterPathsBench(CLI::App& bench, int* exit_code);
 void RegisterGpuBench(CLI::App& bench, int* exit_code);
 // `bench daemon` (bench_daemon.cc) needs the daemon; serve_commands_absent.cc has its stand-in.
 void RegisterDaemonBench(CLI::App& bench, int* exit_code);
+// `bench vllm` (bench_vllm.cc) runs the Python package's connector benchmark.
+void RegisterVllmBench(CLI::App& bench, int* exit_code);
 // `bench cluster` (bench_cluster.cc) needs the daemon and UCX; serve_commands_absent.cc has its
 // stand-in.
 void RegisterClusterBench(CLI::App& bench, int* exit_code);

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   flatcake::cli::RegisterRecoverBench(*bench, &exit_code);
   flatcake::cli::RegisterPathsBench(*bench, &exit_code);
   flatcake::cli::RegisterGpuBench(*bench, &exit_code);
+  flatcake::cli::RegisterVllmBench(*bench, &exit_code);
   flatcake::cli::RegisterDaemonBench(*bench, &exit_code);
   flatcake::cli::RegisterClusterBench(*bench, &exit_code);
   try {
