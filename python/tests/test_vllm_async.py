@@ -14,6 +14,14 @@ from vllm_util import Engine, no_store_outlives_its_test, prompt  # noqa: F401
 BS = 16
 
 
+def written(cfg, medium, tokens, **engine):
+    """An engine that wrote the blocks of ``tokens`` to ``medium`` of the store ``cfg`` opens
+    (one store per configuration in this process); close it after."""
+    writer = Engine(dict(cfg, force_medium=medium), **engine)
+    writer.serve("writer", tokens, max_tokens=2)
+    return writer
+
+
 def ssd_store(ssd_dir):
     return {"dram_bytes": "64MiB", "ssd_dirs": [ssd_dir], "ssd_bytes": "256MiB",
             "ssd_file_bytes": "16MiB"}
@@ -23,8 +31,7 @@ def ssd_store(ssd_dir):
 def test_an_ssd_hit_loads_asynchronously_while_another_request_runs(ssd_dir, shape):
     cfg = ssd_store(ssd_dir)
     p = prompt(80, seed=31)
-    writer = Engine(dict(cfg, force_medium="ssd"), shape=shape)
-    writer.serve("w", p, max_tokens=2)  # its 5 full blocks on SSD
+    writer = written(cfg, "ssd", p, shape=shape)  # its 5 full blocks on SSD
     e = Engine(cfg, shape=shape)  # the same store
     e.add("other", prompt(40, seed=32), max_tokens=8)
     e.step()  # "other" prefills
@@ -51,8 +58,7 @@ def test_an_ssd_hit_loads_asynchronously_while_another_request_runs(ssd_dir, sha
 def test_a_dram_hit_loads_in_the_step_layer_by_layer(ssd_dir):
     cfg = ssd_store(ssd_dir)
     p = prompt(80, seed=33)
-    writer = Engine(dict(cfg, force_medium="dram"))
-    writer.serve("w", p, max_tokens=2)
+    writer = written(cfg, "dram", p)
     e = Engine(cfg)
     req = e.add("x", p, max_tokens=3)
     so = e.step()  # a synchronous load: x runs in the step that loads it
@@ -67,8 +73,7 @@ def test_a_dram_hit_loads_in_the_step_layer_by_layer(ssd_dir):
 def test_async_load_always_and_never(ssd_dir):
     cfg = ssd_store(ssd_dir)
     p = prompt(64, seed=34)
-    writer = Engine(dict(cfg, force_medium="dram"))
-    writer.serve("w", p, max_tokens=2)
+    writer = written(cfg, "dram", p)
     always = Engine(dict(cfg, async_load="always"))  # even a DRAM hit waits for its load
     req = always.add("x", p, max_tokens=2)
     so = always.step()
@@ -117,7 +122,7 @@ def test_requires_no_delivery_and_holds_blocks_only_for_a_pending_save():
     state = conn._reqs["r"]
     state.stored_blocks = 1  # as if block 1 and 2's saves were still owed
     req.num_computed_tokens = 48
-    held, _ = conn.request_finished(req, state.block_ids)
+    held, _ = conn.request_finished(req, state.block_ids[0])
     assert held and conn.has_pending_block_frees()
     from vllm.v1.outputs import KVConnectorOutput
     conn.update_connector_output(KVConnectorOutput(finished_sending={"r"}))
@@ -212,11 +217,9 @@ def test_statistics_reach_vllms_logger_and_prometheus(ssd_dir):
                                                                       KVConnectorLogging)
     cfg = ssd_store(ssd_dir)
     on_ssd, in_dram = prompt(80, seed=40), prompt(64, seed=41)
-    writer = Engine(dict(cfg, force_medium="ssd"))
-    writer.serve("w1", on_ssd, max_tokens=2)
+    writer = written(cfg, "ssd", on_ssd)
     writer.close()
-    writer = Engine(dict(cfg, force_medium="dram"))
-    writer.serve("w2", in_dram, max_tokens=2)
+    writer = written(cfg, "dram", in_dram)
     e = Engine(cfg)
     e.serve("x", on_ssd, max_tokens=2)  # 4 blocks from SSD, asynchronously
     e.serve("y", in_dram, max_tokens=2)  # 3 blocks from DRAM, in the step
