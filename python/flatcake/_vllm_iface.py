@@ -313,10 +313,12 @@ class BlockStored:
     lora_id: Optional[int]
     medium: Optional[str]
     lora_name: Optional[str]
+    extra_keys: Optional[list] = None
+    group_idx: Optional[int] = None  # the KV cache group (hybrid models)
 
     def __hash__(self) -> int:
         return hash((tuple(self.block_hashes), self.parent_block_hash, tuple(self.token_ids),
-                     self.block_size, self.medium))
+                     self.block_size, self.medium, self.group_idx))
 
 
 class KVEventAggregator:

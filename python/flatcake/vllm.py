@@ -56,6 +56,18 @@ other heads) and nothing for MLA (the latent cache is the same on every TP rank)
 ``_pp<rank>of<size>`` under pipeline parallelism. Writes carry the request id as the session (or
 ``kv_transfer_params["flatcake_session"]``) and ``kv_transfer_params["flatcake_turn"]`` as the
 turn.
+
+Hybrid models (``SupportsHMA``). Under vLLM's hybrid KV cache manager the layers fall into KV
+cache groups (full attention, sliding window), block ids come per group and a sliding-window
+group's blocks out of the window are the null block (id 0). Each group has its own keys (the
+hash of the group's block, then ``_g<idx>``, only when there is more than one group), its own
+``KvLayout`` (its layers, from ``kv_cache_config.kv_cache_groups``) and its own load and save
+runs; null blocks are never moved. A hit of n tokens (a multiple of the scheduler's block, the
+groups' LCM) needs every block before n of a full-attention group and, of a sliding-window
+group, the blocks of the window the token at n reads (the only ones vLLM allocates it). With
+several groups every load is asynchronous and a load that missed blocks is reported for the
+request in ``failed_recving`` (vLLM refuses block-level errors then). Groups other than paged
+attention (Mamba state) are refused at start.
 """
 
 from __future__ import annotations
@@ -81,6 +93,10 @@ try:  # vLLM present: subclass its interface so its factory and scheduler accept
     )
 except ImportError:  # pragma: no cover - exercised when vLLM is absent (the test machine)
     from ._vllm_iface import KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole
+try:
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA  # type: ignore
+except ImportError:  # pragma: no cover - as above
+    from ._vllm_iface import SupportsHMA
 try:
     from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (  # type: ignore
         KVConnectorPromMetrics,
@@ -272,6 +288,7 @@ class _BlockRun:
     parent_hash: Any = None
     token_ids: List[int] = field(default_factory=list)
     asynchronous: bool = False  # a load vLLM waits for (finished_recving), not in the step
+    group: int = 0  # the KV cache group whose blocks these are
 
 
 @dataclass
@@ -287,10 +304,59 @@ class _RequestState:
     """What the scheduler side tracks of a running request."""
 
     request: Any
-    block_ids: List[int]
-    stored_blocks: int  # leading blocks the store holds (found by the lookup, or saved)
-    load: Optional[Tuple[int, int]] = None  # blocks [start, end) to load in the next step
+    block_ids: List[List[int]]  # per KV cache group
+    stored: List[int]  # per group: leading blocks the store holds (found by the lookup, or saved)
+    load: Optional[Tuple[int, int]] = None  # tokens [start, end) to load in the next step
     load_async: bool = False  # that load is asynchronous (the request waits, unscheduled)
+
+    @property
+    def stored_blocks(self) -> int:  # the single-group view
+        return self.stored[0]
+
+    @stored_blocks.setter
+    def stored_blocks(self, n: int) -> None:
+        self.stored[0] = n
+
+
+@dataclass
+class _Group:
+    """A KV cache group as the connector serves it: its layers, block size, and sliding window
+    (None: full attention, every earlier token is read)."""
+
+    layer_names: List[str]
+    block_size: int
+    sliding_window: Optional[int] = None
+
+
+# KV cache specs FlatCake serves (by class name, so that subclasses such as MLA's count): paged
+# attention whose blocks hold the KV of block_size tokens. Anything else (Mamba state, ...) is
+# refused at start.
+_SERVED_SPECS = ("FullAttentionSpec", "SlidingWindowSpec")
+
+
+def _groups_of(kv_cache_config: Any, block_size: int) -> List[_Group]:
+    """The KV cache groups of ``kv_cache_config`` (one group of every layer when there is none:
+    vLLM before the config reached connectors); refuses a group FlatCake cannot serve."""
+    specs = list(getattr(kv_cache_config, "kv_cache_groups", None) or ())
+    if not specs:
+        return [_Group([], block_size)]
+    groups = []
+    for i, g in enumerate(specs):
+        spec = g.kv_cache_spec
+        if spec is None:  # no spec to go by: full attention of the scheduler's block
+            groups.append(_Group(list(g.layer_names), block_size))
+            continue
+        kinds = {c.__name__ for c in type(spec).__mro__}
+        if not kinds & set(_SERVED_SPECS):
+            raise ValueError(
+                f"FlatCakeConnector: KV cache group {i} ({type(spec).__name__}, layers "
+                f"{', '.join(list(g.layer_names)[:4])}{', ...' if len(g.layer_names) > 4 else ''})"
+                f" is not paged attention KV; FlatCake serves full-attention and sliding-window "
+                f"groups only")
+        window = getattr(spec, "sliding_window", None) if "SlidingWindowSpec" in kinds else None
+        groups.append(_Group(list(g.layer_names), int(spec.block_size),
+                             int(window) if window else None))
+    return groups
 
 
 def _block_sizes(vllm_config: Any, kv_cache_config: Any) -> Tuple[int, int]:
@@ -441,6 +507,18 @@ def _sync(device: torch.device) -> None:
 
 
 @dataclass
+class _GroupCache:
+    """A worker's paged KV cache of one KV cache group: its FlatCake block layout, per layer a
+    [planes, num_blocks, slice_bytes] byte view, the in-place path's per layer (address, plane
+    stride, block stride), and the worker's key suffix."""
+
+    layout: flatcake.KvLayout
+    views: List[torch.Tensor]
+    ptr_base: torch.Tensor
+    suffix: str
+
+
+@dataclass
 class _PendingLoad:
     run: _BlockRun
     handle: Any  # flatcake.RestoreHandle
@@ -450,7 +528,7 @@ class _PendingLoad:
     failed: bool = False
 
 
-class FlatCakeConnector(KVConnectorBase_V1):
+class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
     """vLLM v1 KV connector backed by a FlatCake store (embedded, or the node's daemon)."""
 
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None):
@@ -461,6 +539,17 @@ class FlatCakeConnector(KVConnectorBase_V1):
                              f"no multiple of its hash block of {hash_block_size}")
         # request.block_hashes has one hash per hash block; a block's key is its last one's.
         self._hashes_per_block = self._block_size // hash_block_size
+        self._groups = _groups_of(kv_cache_config, self._block_size)
+        for i, g in enumerate(self._groups):
+            if g.block_size % hash_block_size or self._block_size % g.block_size:
+                raise ValueError(f"FlatCakeConnector: KV cache group {i}'s block of "
+                                 f"{g.block_size} tokens does not divide the scheduler's block of "
+                                 f"{self._block_size} or is no multiple of the hash block of "
+                                 f"{hash_block_size}")
+        self._group_hashes = [g.block_size // hash_block_size for g in self._groups]
+        # A group's keys carry "_g<idx>" when there is more than one group.
+        self._group_suffix = ([""] if len(self._groups) == 1 else
+                              [f"_g{i}" for i in range(len(self._groups))])
         model_config = getattr(vllm_config, "model_config", None)
         self._model = str(getattr(model_config, "model", "") or "")
         self._mla = bool(getattr(model_config, "use_mla", False))
@@ -497,17 +586,15 @@ class FlatCakeConnector(KVConnectorBase_V1):
         if role == KVConnectorRole.WORKER:
             tp_rank, pp_rank = self._worker_ranks(parallel)
             self._suffix = self._key_suffix(tp_rank, pp_rank)
-        self._layout: Optional[flatcake.KvLayout] = None
-        self._layer_index: Dict[str, int] = {}
-        self._views: List[torch.Tensor] = []
-        self._ptr_base: Optional[torch.Tensor] = None  # per layer: view address, plane, block
+        self._caches: List[Optional[_GroupCache]] = [None] * len(self._groups)
+        self._layer_index: Dict[str, Tuple[int, int]] = {}  # layer -> (group, layer in group)
         self._device: Optional[torch.device] = None
         self._staged = False
         self._load_staging = _HostStaging()
         self._save_staging = _HostStaging()
         self._pending: List[_PendingLoad] = []  # this step's loads
         self._async_pending: List[_PendingLoad] = []  # asynchronous loads not yet reported
-        self._async_failed: Set[str] = set()  # of those, requests none of whose blocks came
+        self._failed_recving: Set[str] = set()  # several groups: loads that missed blocks
         self._save_buffers: Dict[int, Tuple[torch.Tensor, Set[int]]] = {}  # run -> (buf, layers)
         self._load_errors: Set[int] = set()
         self._saved_finish: Set[str] = set()
@@ -633,16 +720,17 @@ class FlatCakeConnector(KVConnectorBase_V1):
         return out
 
     # --- scheduler side -----------------------------------------------------------------------
-    def _block_keys(self, request: Any, max_blocks: int) -> List[str]:
-        """Keys (without worker suffix) of the request's first full blocks, at most max_blocks.
-        A block's key is the chained hash of its last hash block, which names the whole prefix
-        through the block."""
-        hashes = self._block_hashes(request)
-        return [self._namespace + _hash_hex(h) for h in hashes[:max(max_blocks, 0)]]
+    def _block_keys(self, request: Any, max_blocks: int, group: int = 0) -> List[str]:
+        """Keys (without worker suffix) of the request's first full blocks of ``group``, at most
+        max_blocks. A block's key is the chained hash of its last hash block, which names the
+        whole prefix through the block, and its group's suffix (several groups)."""
+        hashes = self._block_hashes(request, group)
+        tail = self._group_suffix[group]
+        return [self._namespace + _hash_hex(h) + tail for h in hashes[:max(max_blocks, 0)]]
 
-    def _block_hashes(self, request: Any) -> List[Any]:
-        """vLLM's hash of each full block: that of its last hash block."""
-        k = self._hashes_per_block
+    def _block_hashes(self, request: Any, group: int = 0) -> List[Any]:
+        """vLLM's hash of each full block of ``group``: that of its last hash block."""
+        k = self._group_hashes[group]
         return request.block_hashes[k - 1::k]
 
     def _leading_hits(self, keys: List[str]) -> Tuple[int, bool]:
@@ -664,29 +752,73 @@ class FlatCakeConnector(KVConnectorBase_V1):
                 on_ssd = on_ssd or (found.leading_hits > 0 and found.slowest_medium == "ssd")
         return len(keys), on_ssd
 
+    def _window_start(self, group: int, tokens: int) -> int:
+        """The first block of ``group`` a request with ``tokens`` computed tokens still holds:
+        0 for full attention; for a sliding window the block of the first token the next
+        token's attention reads (vLLM has replaced the blocks before it by the null block)."""
+        g = self._groups[group]
+        if g.sliding_window is None:
+            return 0
+        return max(tokens - g.sliding_window + 1, 0) // g.block_size
+
+    def _hit_tokens(self, request: Any, limit: int) -> Tuple[int, bool]:
+        """The longest prefix, in tokens (a multiple of the scheduler block, at most limit),
+        whose blocks every group needs are in the store for every worker: a full-attention group
+        all its blocks, a sliding-window group the blocks of the window the next token reads
+        (the only ones vLLM allocates it; those before are null blocks, never loaded)."""
+        bs, on_ssd = self._block_size, False
+        tokens = limit
+        for gi, g in enumerate(self._groups):
+            if g.sliding_window is None:
+                hits, ssd = self._leading_hits(self._block_keys(request, tokens // g.block_size,
+                                                                gi))
+                tokens = min(tokens, hits * g.block_size // bs * bs)
+                on_ssd = on_ssd or ssd
+        while tokens > 0:
+            short = None
+            for gi, g in enumerate(self._groups):
+                if g.sliding_window is None:
+                    continue
+                end = tokens // g.block_size
+                first = min(self._window_start(gi, tokens), end)
+                keys = self._block_keys(request, end, gi)[first:]
+                hits, ssd = self._leading_hits(keys)
+                if hits < len(keys):  # a missing block: the next try ends at or before it
+                    short = min((first + hits) * g.block_size // bs * bs, tokens - bs)
+                    break
+                on_ssd = on_ssd or ssd
+            if short is None:
+                break
+            tokens = short
+        return max(tokens, 0), on_ssd
+
     def get_num_new_matched_tokens(self, request: Any,
                                    num_computed_tokens: int) -> Tuple[Optional[int], bool]:
         """Tokens FlatCake supplies beyond ``num_computed_tokens``: whole blocks of the leading
         run that every worker has, leaving the last token to compute; and whether vLLM is to load
         them asynchronously: by default when some of them are on SSD (the request then waits,
         unscheduled, until every worker has its blocks, and other requests run meanwhile), while
-        DRAM-ready hits load layer by layer in the step that computes the rest."""
+        DRAM-ready hits load layer by layer in the step that computes the rest. With several KV
+        cache groups every load is asynchronous (vLLM takes a failed load of a hybrid model
+        only as a whole request, in failed_recving)."""
         self.counters["lookups"] += 1
-        keys = self._block_keys(request, (request.num_tokens - 1) // self._block_size)
-        hits, on_ssd = self._leading_hits(keys)
+        bs = self._block_size
+        tokens, on_ssd = self._hit_tokens(request, (request.num_tokens - 1) // bs * bs)
         self._stats.record("lookups", 1)
-        self._stats.record("hit_blocks", hits)
-        self._hits[request.request_id] = (hits, on_ssd)
+        self._stats.record("hit_blocks", tokens // bs)
+        self._hits[request.request_id] = (tokens, on_ssd)
         if not self._loads or getattr(request, "skip_reading_prefix_cache", False):
             return 0, False
-        tokens = max(hits * self._block_size - num_computed_tokens, 0)
-        asynchronous = tokens > 0 and (self._async_load == "always" or
-                                       (self._async_load == "ssd" and on_ssd))
-        return tokens, asynchronous
+        tokens = max(tokens - num_computed_tokens, 0)
+        return tokens, tokens > 0 and self._load_async(on_ssd)
+
+    def _load_async(self, on_ssd: bool) -> bool:
+        return (len(self._groups) > 1 or self._async_load == "always" or
+                (self._async_load == "ssd" and on_ssd))
 
     def update_state_after_alloc(self, request: Any, blocks: Any,
                                  num_external_tokens: int) -> None:
-        block_ids = list(blocks.get_block_ids()[0]) if blocks is not None else []
+        block_ids = self._per_group(blocks.get_block_ids() if blocks is not None else None)
         req_id = request.request_id
         if req_id not in self._hits and req_id in self._reqs:
             # vLLM calls again, with no external tokens, once an asynchronous load is done:
@@ -694,50 +826,77 @@ class FlatCakeConnector(KVConnectorBase_V1):
             self._reqs[req_id].block_ids = block_ids
             return
         hits, on_ssd = self._hits.pop(req_id, (0, False))
-        state = _RequestState(request, block_ids, stored_blocks=hits)
+        state = _RequestState(request, block_ids,
+                              stored=[hits // g.block_size for g in self._groups])
         if num_external_tokens > 0:
             if num_external_tokens % self._block_size:
                 raise ValueError(f"FlatCakeConnector: {num_external_tokens} external tokens for "
                                  f"{req_id} are not whole {self._block_size}-token blocks")
-            state.load = (hits - num_external_tokens // self._block_size, hits)
-            state.load_async = self._async_load == "always" or (self._async_load == "ssd" and
-                                                                on_ssd)
+            state.load = (hits - num_external_tokens, hits)
+            state.load_async = self._load_async(on_ssd)
             if state.load_async:  # not scheduled this step: build_connector_meta starts it
                 self._async_starts.append(req_id)
         self._reqs[req_id] = state
+
+    def _per_group(self, block_ids: Any) -> List[List[int]]:
+        """vLLM's block ids (one list per group) as lists, every group present."""
+        out = [list(ids) for ids in (block_ids or ())]
+        return out + [[] for _ in range(len(self._groups) - len(out))]
 
     def _hints(self, request: Any) -> Tuple[str, int]:
         params = getattr(request, "kv_transfer_params", None) or {}
         session = params.get("flatcake_session") or request.request_id
         return str(session), int(params.get("flatcake_turn", 0) or 0)
 
-    def _save_run(self, state: _RequestState, full_blocks: int, finish: bool) -> Optional[_BlockRun]:
-        """The run of blocks [stored, full_blocks) not yet in the store; advances stored."""
+    def _save_runs(self, state: _RequestState, full_tokens: int, finish: bool
+                   ) -> List[_BlockRun]:
+        """Per group, the run of its full blocks not yet in the store (through full_tokens);
+        advances stored. Null blocks (out of a sliding window) are skipped: they hold nothing."""
+        if not self._saves:
+            return []
         request = state.request
-        keys = self._block_keys(request, min(full_blocks, len(state.block_ids)))
-        start = state.stored_blocks
-        if not self._saves or len(keys) <= start:
-            return None
         session, turn = self._hints(request)
-        state.stored_blocks = len(keys)
-        hashes = self._block_hashes(request)
-        bs = self._block_size
-        return _BlockRun(request.request_id, keys[start:], state.block_ids[start:len(keys)],
-                         session=session, turn=turn,
-                         prefix_tail=keys[start - 1] if start > 0 else None,
-                         context_tokens=start * bs, finish=finish,
-                         hashes=[_event_hash(h) for h in hashes[start:len(keys)]],
-                         parent_hash=_event_hash(hashes[start - 1]) if start > 0 else None,
-                         token_ids=list(request.all_token_ids[start * bs:len(keys) * bs]))
+        runs = []
+        for gi, g in enumerate(self._groups):
+            table = state.block_ids[gi]
+            keys = self._block_keys(request, min(full_tokens // g.block_size, len(table)), gi)
+            start = state.stored[gi]
+            if len(keys) <= start:
+                continue
+            state.stored[gi] = len(keys)
+            hashes = self._block_hashes(request, gi)
+            bs = g.block_size
+            live = [i for i in range(start, len(keys)) if table[i] != 0]
+            if not live:
+                continue
+            first = live[0]
+            if live != list(range(first, len(keys))):  # a null inside: save the tail only
+                first = max(i for i in range(start, len(keys)) if table[i] == 0) + 1
+                live = list(range(first, len(keys)))
+            runs.append(_BlockRun(
+                request.request_id, [keys[i] for i in live], [table[i] for i in live],
+                session=session, turn=turn,
+                prefix_tail=keys[first - 1] if first > 0 else None,
+                context_tokens=first * bs, finish=finish, group=gi,
+                hashes=[_event_hash(hashes[i]) for i in live],
+                parent_hash=_event_hash(hashes[first - 1]) if first > 0 else None,
+                token_ids=list(request.all_token_ids[first * bs:len(keys) * bs])))
+        return runs
 
     def _plan_load(self, meta: FlatCakeConnectorMetadata, state: _RequestState) -> None:
         if state.load is None:
             return
         start, end = state.load
         state.load = None
-        keys = self._block_keys(state.request, end)
-        meta.loads.append(_BlockRun(state.request.request_id, keys[start:end],
-                                    state.block_ids[start:end], asynchronous=state.load_async))
+        for gi, g in enumerate(self._groups):
+            table = state.block_ids[gi]
+            last = min(end // g.block_size, len(table))
+            keys = self._block_keys(state.request, last, gi)
+            live = [i for i in range(start // g.block_size, last) if table[i] != 0]
+            if live:
+                meta.loads.append(_BlockRun(state.request.request_id, [keys[i] for i in live],
+                                            [table[i] for i in live],
+                                            asynchronous=state.load_async, group=gi))
 
     def _plan_step(self, meta: FlatCakeConnectorMetadata, state: _RequestState,
                    computed_after_step: int) -> None:
@@ -747,9 +906,7 @@ class FlatCakeConnector(KVConnectorBase_V1):
         # save_decode is off), so that a preempted request (or another engine) finds them all.
         full = min(computed_after_step, request.num_tokens if self._save_decode
                    else request.num_prompt_tokens)
-        run = self._save_run(state, full // self._block_size, finish=False)
-        if run is not None:
-            meta.saves.append(run)
+        meta.saves.extend(self._save_runs(state, full, finish=False))
 
     def build_connector_meta(self, scheduler_output: Any) -> FlatCakeConnectorMetadata:
         meta = FlatCakeConnectorMetadata()
@@ -764,7 +921,7 @@ class FlatCakeConnector(KVConnectorBase_V1):
         for new in scheduler_output.scheduled_new_reqs:
             state = self._reqs.get(new.req_id)
             if state is not None:
-                state.block_ids = list(new.block_ids[0])
+                state.block_ids = self._per_group(new.block_ids)
                 self._plan_step(meta, state, new.num_computed_tokens + scheduled[new.req_id])
         cached = scheduler_output.scheduled_cached_reqs
         resumed = getattr(cached, "resumed_req_ids", set())
@@ -774,34 +931,57 @@ class FlatCakeConnector(KVConnectorBase_V1):
                 continue
             new_ids = cached.new_block_ids[i]
             if req_id in resumed:  # after a preemption: the request's whole new block table
-                state.block_ids = list(new_ids[0]) if new_ids is not None else []
+                state.block_ids = self._per_group(new_ids)
             elif new_ids is not None:
-                state.block_ids.extend(new_ids[0])
+                for table, more in zip(state.block_ids, new_ids):
+                    table.extend(more)
             self._plan_step(meta, state, cached.num_computed_tokens[i] + scheduled[req_id])
         meta.saves.extend(self._finish_runs)
         self._finish_runs = []
         return meta
 
     def request_finished(self, request: Any, block_ids: List[int]) -> Tuple[bool, Optional[dict]]:
-        """Saves the request's full blocks not yet stored (those decoding filled) in the next
-        step; returns True while that save holds the blocks."""
+        """The single-group form of request_finished_all_groups (vLLM without its hybrid KV
+        cache manager)."""
+        return self.request_finished_all_groups(request, (block_ids,))
+
+    def request_finished_all_groups(self, request: Any, block_ids: Tuple[List[int], ...]
+                                    ) -> Tuple[bool, Optional[dict]]:
+        """Saves the request's full blocks not yet stored (those decoding filled), every group,
+        in the next step; returns True while that save holds the blocks."""
         state = self._reqs.pop(request.request_id, None)
         self._hits.pop(request.request_id, None)
         if state is None or not self._save_decode:
             return False, None
-        state.block_ids = list(block_ids)
-        run = self._save_run(state, request.num_computed_tokens // self._block_size, finish=True)
-        if run is None:
+        state.block_ids = self._per_group(block_ids)
+        runs = self._save_runs(state, request.num_computed_tokens, finish=True)
+        if not runs:
             return False, None
-        self._finish_runs.append(run)
+        self._finish_runs.extend(runs)
         self._holding.add(request.request_id)
         return True, None
 
     # --- worker side: registration ------------------------------------------------------------
     def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]) -> None:
+        """Takes every layer of every KV cache group; one FlatCake KvLayout per group."""
         if not kv_caches:
             raise ValueError("FlatCakeConnector.register_kv_caches: no KV cache tensors")
-        names = list(kv_caches)
+        by_group: List[List[str]] = [[] for _ in self._groups]
+        group_of = {n: gi for gi, g in enumerate(self._groups) for n in g.layer_names}
+        for name in kv_caches:
+            if len(self._groups) > 1 and name not in group_of:
+                raise ValueError(f"FlatCakeConnector: layer {name} is in no KV cache group of "
+                                 "kv_cache_config")
+            by_group[group_of.get(name, 0)].append(name)
+        first_tensor = next(iter(kv_caches.values()))
+        self._device = first_tensor.device
+        self._staged = first_tensor.device.type != "cpu"
+        for gi, names in enumerate(by_group):
+            if names:
+                self._caches[gi] = self._register_group(gi, names, kv_caches)
+
+    def _register_group(self, gi: int, names: List[str], kv_caches: Dict[str, torch.Tensor]
+                        ) -> "_GroupCache":
         numbers = [_layer_number(n) for n in names]
         if all(n is not None for n in numbers):
             names = [n for _, n in sorted(zip(numbers, names))]
@@ -812,53 +992,61 @@ class FlatCakeConnector(KVConnectorBase_V1):
             if t.shape != first.shape or t.dtype != first.dtype or t.device != first.device:
                 raise ValueError(f"FlatCakeConnector: layer {name} has KV cache {list(t.shape)} "
                                  f"{t.dtype} on {t.device}, layer {names[0]} {list(first.shape)} "
-                                 f"{first.dtype} on {first.device}: FlatCake needs uniform layers")
-            views.append(_paged_bytes(t, self._mla, self._block_size))
+                                 f"{first.dtype} on {first.device}: FlatCake needs uniform layers"
+                                 f"{f' within a KV cache group (group {gi})' if gi else ''}")
+            views.append(_paged_bytes(t, self._mla, self._groups[gi].block_size))
         planes, num_blocks, slice_bytes = views[0].shape
         layout = flatcake.KvLayout(len(names), planes, slice_bytes)
         layout.validate()
-        self._layout, self._views = layout, views
-        self._layer_index = {name: i for i, name in enumerate(names)}
-        self._device = first.device
-        self._staged = first.device.type != "cpu"
+        for i, name in enumerate(names):
+            self._layer_index[name] = (gi, i)
+        suffix = self._suffix  # (the scheduler's keys end in the group's part already)
+        logger.info("FlatCakeConnector: group %d: %d layers, block %r, %s, key suffix %r, "
+                    "store %s", gi, len(names), layout, "staged through host memory"
+                    if self._staged else "in place", self._group_suffix[gi] + suffix,
+                    self._store.info())
         # For the in-place path: per layer (address, plane stride, block stride) in bytes.
-        self._ptr_base = torch.tensor([[v.data_ptr(), v.stride(0), v.stride(1)] for v in views],
-                                      dtype=torch.int64)
-        logger.info("FlatCakeConnector: %d layers, block %r, %s, key suffix %r, store %s",
-                    len(names), layout, "staged through host memory" if self._staged
-                    else "in place", self._suffix, self._store.info())
+        return _GroupCache(layout, views, torch.tensor(
+            [[v.data_ptr(), v.stride(0), v.stride(1)] for v in views], dtype=torch.int64),
+            suffix)
+
+    @property
+    def _layout(self) -> Optional[flatcake.KvLayout]:
+        """The first group's KvLayout (the only one without a hybrid model)."""
+        return self._caches[0].layout if self._caches[0] is not None else None
 
     def TEST_stage_through_host(self) -> None:  # noqa: N802 - a test hook
         """Moves CPU tensors through the host staging buffers as CUDA tensors are, so that the
         tests, which have no GPU, run the staging code."""
         self._staged = True
 
-    def _paged_pointers(self, block_ids: List[int]) -> List[int]:
+    def _paged_pointers(self, cache: "_GroupCache", block_ids: List[int]) -> List[int]:
         """slice_pointers into the paged cache: [(b * layers + l) * planes + p]."""
         blocks = torch.tensor(block_ids, dtype=torch.int64).view(-1, 1, 1)
-        planes = torch.arange(self._layout.num_planes, dtype=torch.int64).view(1, 1, -1)
-        base = self._ptr_base
+        planes = torch.arange(cache.layout.num_planes, dtype=torch.int64).view(1, 1, -1)
+        base = cache.ptr_base
         ptrs = (base[:, 0].view(1, -1, 1) + planes * base[:, 1].view(1, -1, 1) +
                 blocks * base[:, 2].view(1, -1, 1))
         return ptrs.flatten().tolist()
 
-    def _staging_pointers(self, buf: torch.Tensor, n: int) -> List[int]:
+    @staticmethod
+    def _staging_pointers(lay: flatcake.KvLayout, buf: torch.Tensor, n: int) -> List[int]:
         """slice_pointers into a host buffer laid out [layer][plane][block][slice_bytes]."""
-        lay = self._layout
         idx = (torch.arange(lay.num_layers, dtype=torch.int64).view(1, -1, 1) * lay.num_planes +
                torch.arange(lay.num_planes, dtype=torch.int64).view(1, 1, -1)) * n + \
             torch.arange(n, dtype=torch.int64).view(-1, 1, 1)
         return (buf.data_ptr() + idx * lay.slice_bytes).flatten().tolist()
 
-    def _staging_view(self, buf: torch.Tensor, n: int) -> torch.Tensor:
-        lay = self._layout
+    @staticmethod
+    def _staging_view(lay: flatcake.KvLayout, buf: torch.Tensor, n: int) -> torch.Tensor:
         return buf.view(lay.num_layers, lay.num_planes, n, lay.slice_bytes)
 
-    def _require_layout(self, op: str) -> flatcake.KvLayout:
-        if self._layout is None:
-            raise RuntimeError(f"FlatCakeConnector.{op}: no KV caches registered; vLLM calls "
-                               "register_kv_caches() first")
-        return self._layout
+    def _cache(self, run: _BlockRun, op: str) -> "_GroupCache":
+        cache = self._caches[run.group] if run.group < len(self._caches) else None
+        if cache is None:
+            raise RuntimeError(f"FlatCakeConnector.{op}: no KV caches registered for KV cache "
+                               f"group {run.group}; vLLM calls register_kv_caches() first")
+        return cache
 
     # --- worker side: loads -------------------------------------------------------------------
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
@@ -868,7 +1056,6 @@ class FlatCakeConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         if not meta.loads and not meta.saves:
             return
-        layout = self._require_layout("start_load_kv")
         # (No reset of the save staging here: vLLM starts a step's loads after its forward when
         # none is synchronous, and save_kv_layer has then staged this step's blocks in it.)
         for run in meta.saves:
@@ -877,16 +1064,18 @@ class FlatCakeConnector(KVConnectorBase_V1):
                 self._saved_finish.add(run.req_id)
         self._load_staging.reset()
         for run in meta.loads:
-            keys = [k + self._suffix for k in run.keys]
+            cache = self._cache(run, "start_load_kv")
+            layout = cache.layout
+            keys = [k + cache.suffix for k in run.keys]
             staging = None
             if self._staged:
                 nbytes = len(keys) * layout.block_bytes
                 # An asynchronous load outlives the step: a buffer of its own.
                 staging = (_host_buffer(nbytes) if run.asynchronous
                            else self._load_staging.take(nbytes))
-                ptrs = self._staging_pointers(staging, len(keys))
+                ptrs = self._staging_pointers(layout, staging, len(keys))
             else:
-                ptrs = self._paged_pointers(run.block_ids)
+                ptrs = self._paged_pointers(cache, run.block_ids)
             pending = self._async_pending if run.asynchronous else self._pending
             try:
                 handle = self._store.restore(keys, layout, ptrs, kind="slice_pointers")
@@ -901,22 +1090,24 @@ class FlatCakeConnector(KVConnectorBase_V1):
             pending.append(load)
 
     def _copy_layer_in(self, load: _PendingLoad, layer: int) -> None:
-        """CUDA path: one layer of a staged restore onto the device."""
+        """CUDA path: one layer (of the run's group) of a staged restore onto the device."""
         if load.staging is None or layer in load.copied:
             return
         load.copied.add(layer)
-        src = self._staging_view(load.staging, len(load.run.block_ids))[layer]
+        cache = self._caches[load.run.group]
+        src = self._staging_view(cache.layout, load.staging, len(load.run.block_ids))[layer]
         ids = torch.tensor(load.run.block_ids, dtype=torch.int64, device=self._device)
-        for p in range(self._layout.num_planes):
-            self._views[layer][p].index_copy_(0, ids, src[p].to(self._device, non_blocking=True))
+        for p in range(cache.layout.num_planes):
+            cache.views[layer][p].index_copy_(0, ids, src[p].to(self._device, non_blocking=True))
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Blocks until layer ``layer_name`` of every restore of this step is in place."""
-        layer = self._layer_index.get(layer_name)
-        if layer is None:
+        where = self._layer_index.get(layer_name)
+        if where is None:
             return
+        group, layer = where
         for load in self._pending:
-            if load.failed:
+            if load.failed or load.run.group != group:
                 continue
             try:
                 load.handle.wait_layer(layer)
@@ -926,9 +1117,10 @@ class FlatCakeConnector(KVConnectorBase_V1):
                 continue
             self._copy_layer_in(load, layer)
 
-    def _complete(self, load: _PendingLoad) -> None:
+    def _complete(self, load: _PendingLoad) -> int:
         """Waits for a restore, copies what the CUDA path staged onto the device, and turns the
-        blocks it did not deliver into load errors."""
+        blocks it did not deliver into load errors (one group; several report the request in
+        failed_recving instead). Returns how many blocks it missed."""
         delivered = [False] * len(load.run.block_ids)
         if not load.failed:
             load.handle.wait()
@@ -937,10 +1129,11 @@ class FlatCakeConnector(KVConnectorBase_V1):
             except flatcake.Error as e:
                 logger.warning("FlatCakeConnector: restore for %s failed: %s", load.run.req_id, e)
         if not load.failed:  # layers no wait_for_layer_load asked for (CUDA path)
-            for layer in range(self._layout.num_layers):
+            for layer in range(self._caches[load.run.group].layout.num_layers):
                 self._copy_layer_in(load, layer)
         missed = [b for b, ok in zip(load.run.block_ids, delivered) if not ok]
-        self._load_errors.update(missed)
+        if len(self._groups) == 1:
+            self._load_errors.update(missed)
         self.counters["load_errors"] += len(missed)
         self.counters["blocks_loaded"] += len(delivered) - len(missed)
         self._stats.record("blocks_loaded", len(delivered) - len(missed))
@@ -952,6 +1145,7 @@ class FlatCakeConnector(KVConnectorBase_V1):
             self._stats.record(f"load_seconds_{medium}", time.monotonic() - load.started)
             self._stats.record("load_bytes_dram", result.bytes_from_dram)
             self._stats.record("load_bytes_ssd", result.bytes_from_ssd)
+        return len(missed)
 
     def _finish_loads(self) -> None:
         """Completes this step's restores; blocks they did not deliver become load errors."""
@@ -962,15 +1156,19 @@ class FlatCakeConnector(KVConnectorBase_V1):
         self._pending = []
 
     def _finished_async_loads(self) -> Set[str]:
-        """The asynchronous loads that are done, completed (their blocks in vLLM's cache, the
-        undelivered ones load errors reported in the same pass, as vLLM asks)."""
+        """The requests whose asynchronous loads (one per group) are all done, completed (their
+        blocks in vLLM's cache; the undelivered ones load errors reported in the same pass, as
+        vLLM asks, or with several groups the request in failed_recving)."""
         done = [load for load in self._async_pending if load.failed or load.handle.done()]
         if not done:
             return set()
+        waiting = {load.run.req_id for load in self._async_pending if load not in done}
+        done = [load for load in done if load.run.req_id not in waiting]
         self._async_pending = [load for load in self._async_pending if load not in done]
         for load in done:
-            self._complete(load)
-        if self._staged:
+            if self._complete(load) and len(self._groups) > 1:
+                self._failed_recving.add(load.run.req_id)
+        if done and self._staged:
             _sync(self._device)  # on the device before vLLM schedules the request
         return {load.run.req_id for load in done}
 
@@ -982,35 +1180,38 @@ class FlatCakeConnector(KVConnectorBase_V1):
     # --- worker side: saves -------------------------------------------------------------------
     def _gather_layer(self, run: _BlockRun, buf: torch.Tensor, layer: int) -> None:
         """CUDA path: copies one layer of the run's blocks into its host buffer."""
-        dst = self._staging_view(buf, len(run.block_ids))[layer]
+        cache = self._caches[run.group]
+        dst = self._staging_view(cache.layout, buf, len(run.block_ids))[layer]
         ids = torch.tensor(run.block_ids, dtype=torch.int64, device=self._device)
-        for p in range(self._layout.num_planes):
-            dst[p].copy_(self._views[layer][p].index_select(0, ids), non_blocking=True)
+        for p in range(cache.layout.num_planes):
+            dst[p].copy_(cache.views[layer][p].index_select(0, ids), non_blocking=True)
 
     def _gather_all(self, run: _BlockRun) -> List[int]:
         """Pointers to the run's bytes: the paged cache itself, or (CUDA) a filled host copy."""
+        cache = self._cache(run, "start_load_kv")
         if not self._staged:
-            return self._paged_pointers(run.block_ids)
-        buf = _host_buffer(len(run.block_ids) * self._layout.block_bytes)
-        for layer in range(self._layout.num_layers):
+            return self._paged_pointers(cache, run.block_ids)
+        buf = _host_buffer(len(run.block_ids) * cache.layout.block_bytes)
+        for layer in range(cache.layout.num_layers):
             self._gather_layer(run, buf, layer)
         _sync(self._device)
-        return self._staging_pointers(buf, len(run.block_ids))
+        return self._staging_pointers(cache.layout, buf, len(run.block_ids))
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any,
                       **kwargs: Any) -> None:
-        """CUDA path: copies this layer of the step's saves out as soon as attention wrote it.
-        In place (CPU) there is nothing to do until wait_for_save."""
-        layer = self._layer_index.get(layer_name)
-        if not self._staged or layer is None or not self.has_connector_metadata():
+        """CUDA path: copies this layer of the step's saves (of its group) out as soon as
+        attention wrote it. In place (CPU) there is nothing to do until wait_for_save."""
+        where = self._layer_index.get(layer_name)
+        if not self._staged or where is None or not self.has_connector_metadata():
             return
+        group, layer = where
         for i, run in enumerate(self._get_connector_metadata().saves):
-            if run.finish:
+            if run.finish or run.group != group:
                 continue
             if i not in self._save_buffers:
                 if not self._save_buffers:
                     self._save_staging.reset()
-                nbytes = len(run.block_ids) * self._layout.block_bytes
+                nbytes = len(run.block_ids) * self._caches[group].layout.block_bytes
                 self._save_buffers[i] = (self._save_staging.take(nbytes), set())
             buf, done = self._save_buffers[i]
             self._gather_layer(run, buf, layer)
@@ -1025,19 +1226,22 @@ class FlatCakeConnector(KVConnectorBase_V1):
                 if not r.finish]
         if not runs:
             return
-        self._require_layout("wait_for_save")
+        for _, run in runs:
+            self._cache(run, "wait_for_save")
         if not self._staged:
             for _, run in runs:
-                self._write(run, self._paged_pointers(run.block_ids))
+                self._write(run, self._paged_pointers(self._caches[run.group], run.block_ids))
             return
         for i, run in runs:  # layers whose save_kv_layer did not come (not through attention)
+            layout = self._caches[run.group].layout
             buf, done = self._save_buffers.setdefault(
-                i, (self._save_staging.take(len(run.block_ids) * self._layout.block_bytes), set()))
-            for layer in set(range(self._layout.num_layers)) - done:
+                i, (self._save_staging.take(len(run.block_ids) * layout.block_bytes), set()))
+            for layer in set(range(layout.num_layers)) - done:
                 self._gather_layer(run, buf, layer)
         _sync(self._device)
         for i, run in runs:
-            self._write(run, self._staging_pointers(self._save_buffers[i][0],
+            self._write(run, self._staging_pointers(self._caches[run.group].layout,
+                                                    self._save_buffers[i][0],
                                                     len(run.block_ids)))
         self._save_buffers = {}
 
@@ -1045,23 +1249,27 @@ class FlatCakeConnector(KVConnectorBase_V1):
         """One put; a failure is logged (a dropped save is a later miss, not an error), and the
         request's later blocks are not written: past the gap no lookup, which counts leading
         blocks, could ever reach them."""
-        keys = [k + self._suffix for k in run.keys]
+        cache = self._caches[run.group]
+        keys = [k + cache.suffix for k in run.keys]
         if run.req_id in self._broken_chains:
             self.counters["saves_skipped"] += len(keys)
             return
-        tail = run.prefix_tail + self._suffix if run.prefix_tail is not None else None
+        tail = run.prefix_tail + cache.suffix if run.prefix_tail is not None else None
         try:
-            put = self._store.put(keys, self._layout, ptrs, kind="slice_pointers",
+            put = self._store.put(keys, cache.layout, ptrs, kind="slice_pointers",
                                   session=run.session, prefix_tail=tail, turn=run.turn,
                                   context_tokens=run.context_tokens,
                                   force_medium=self._force_medium)
             self.counters["blocks_saved"] += put.written
             self._stats.record("blocks_saved", put.written)
             if put.written and run.hashes:
+                # group_idx only for a hybrid model (vLLMs before it have no such field).
+                group = {"group_idx": run.group} if len(self._groups) > 1 else {}
                 self._kv_events.append(BlockStored(
                     block_hashes=list(run.hashes), parent_block_hash=run.parent_hash,
-                    token_ids=list(run.token_ids), block_size=self._block_size, lora_id=None,
-                    medium=_EVENT_MEDIUM.get(put.medium, put.medium), lora_name=None))
+                    token_ids=list(run.token_ids), block_size=self._groups[run.group].block_size,
+                    lora_id=None, medium=_EVENT_MEDIUM.get(put.medium, put.medium),
+                    lora_name=None, **group))
         except (flatcake.Error, ValueError) as e:
             self.counters["save_errors"] += len(keys)
             self._stats.record("save_errors", len(keys))
@@ -1084,6 +1292,16 @@ class FlatCakeConnector(KVConnectorBase_V1):
             del self._finished_ids[req_id]
         loaded = self._finished_async_loads()
         return (done or None), (loaded or None)
+
+    def get_transfer_results(self, finished_req_ids: Set[str]) -> Any:
+        """get_finished's sets, and with several KV cache groups the asynchronous loads that
+        missed blocks in failed_recving (vLLM recomputes such a request from its start; it
+        refuses block-level errors for a hybrid model)."""
+        results = super().get_transfer_results(finished_req_ids)
+        if self._failed_recving:
+            results.failed_recving = set(self._failed_recving)
+            self._failed_recving = set()
+        return results
 
     # --- statistics (both sides) ----------------------------------------------------------------
     def get_kv_connector_stats(self) -> Optional[FlatCakeConnectorStats]:

@@ -18,6 +18,7 @@ import flatcake
 import flatcake.vllm as fv
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorBase_V1, KVConnectorRole
+from vllm.distributed.kv_transfer.kv_connector.v1.base import supports_hma
 from vllm.v1.kv_cache_interface import KVCacheConfig
 from vllm.v1.request import RequestStatus
 from isolated import run_without
@@ -92,8 +93,10 @@ def test_vllms_factory_builds_it_from_the_kv_transfer_config():
     assert sched._store.closed
     hma = dataclasses.replace(config, scheduler_config=dataclasses.replace(
         config.scheduler_config, disable_hybrid_kv_cache_manager=False))
-    with pytest.raises(ValueError, match="disable-hybrid-kv-cache-manager"):
-        KVConnectorFactory.create_connector(hma, KVConnectorRole.SCHEDULER, kv)
+    # SupportsHMA: the factory accepts it with the hybrid KV cache manager on.
+    hybrid = KVConnectorFactory.create_connector(hma, KVConnectorRole.SCHEDULER, kv)
+    assert supports_hma(hybrid)
+    hybrid.shutdown()
 
 
 def test_without_vllm_it_subclasses_its_own_interface():
