@@ -1315,8 +1315,9 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
     @classmethod
     def build_kv_connector_stats(cls, data: Optional[Dict[str, Any]] = None
                                  ) -> FlatCakeConnectorStats:
-        """The statistics object from its ``to_dict()`` (vLLM's logger and metrics process)."""
-        return FlatCakeConnectorStats(data=dict(data or {}))
+        """The statistics object from its ``to_dict()`` (vLLM's logger and metrics process), with
+        lists of its own: aggregating it must not grow the dict vLLM also hands to Prometheus."""
+        return FlatCakeConnectorStats(data={k: list(v) for k, v in (data or {}).items()})
 
     @classmethod
     def build_prom_metrics(cls, vllm_config: Any, metric_types: dict, labelnames: List[str],
