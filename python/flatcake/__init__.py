@@ -303,12 +303,15 @@ def _device_target(layout: KvLayout, k_buffers: Any, v_buffers: Any, pages: Any,
                 raise TypeError(f"per-layer buffers must be tensors, got {type(t).__name__}")
             if t.device.type != want:
                 raise ValueError(f"per-layer buffers must be {want} tensors here, got {t.device}")
-            if not t.is_contiguous() or t.dim() < 1:
-                raise ValueError("per-layer buffers must be contiguous, pages along dim 0")
+            # Pages along dim 0, each one dense run of memory; the page stride may exceed the
+            # page (a layer's view into a buffer whose blocks span every layer).
+            if t.dim() < 1 or t.shape[0] == 0 or not t[0].is_contiguous():
+                raise ValueError("per-layer buffers must have pages along dim 0, each page one "
+                                 "dense range of memory")
             stride = t.stride(0) * t.element_size()
             if page_bytes is None:
                 page_bytes = stride
-            if stride != page_bytes or stride < layout.slice_bytes:
+            if stride != page_bytes or t[0].numel() * t.element_size() < layout.slice_bytes:
                 raise ValueError(f"every page must be the same size, at least {layout.slice_bytes}"
                                  f" bytes (got {stride})")
             bases.append(t.data_ptr())

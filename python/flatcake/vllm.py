@@ -42,11 +42,15 @@ vLLM recomputes them under ``kv_load_failure_policy: "recompute"`` (its default,
 the request: the connector warns at start).
 
 Data movement. CPU tensors (vLLM's CPU backend, the tests) are read and written in place: the
-store's pointers go straight into the paged cache. CUDA tensors go through a host staging buffer
-(pinned when CUDA can pin it) with torch copies on the current stream: a restore lands in the
-buffer and ``wait_for_layer_load`` copies that layer to the device; ``save_kv_layer`` copies the
-layer's blocks out as soon as attention has written them. The store's own GPU path (restores
-into device memory) will replace the staging when it exists.
+store's pointers go straight into the paged cache. CUDA tensors go through the store's GPU path
+when it has one (an embedded store on a machine with CUDA; ``gpu_path``): restores land straight
+in vLLM's paged KV tensors at the metadata's block ids, ``wait_for_layer_load(l)`` makes the
+current stream wait on layer l's event (no host synchronisation), and saves are gathered from
+device memory by the store's device put. Without it (the daemon's client, no CUDA runtime) they
+go through a host staging buffer (pinned when CUDA can pin it) with torch copies on the current
+stream: a restore lands in the buffer and ``wait_for_layer_load`` copies that layer to the device;
+``save_kv_layer`` copies the layer's blocks out as soon as attention has written them. The
+connector logs at start which path it uses and why.
 
 Keys: ``<namespace><block hash hex><worker suffix>``. The hashes are vLLM's chained prefix-cache
 block hashes (``request.block_hashes``), so a block's key names its whole prefix and a session's
@@ -145,6 +149,10 @@ CONNECTOR_OPTIONS: Dict[str, str] = {
     "async_load": "'ssd' (default): a hit that needs the SSD is loaded asynchronously (vLLM "
                   "schedules the request once every worker has it), a DRAM-ready hit layer by "
                   "layer in the step; 'always'; 'never' (every hit in the step)",
+    "gpu_path": "'auto' (default): with CUDA KV caches, restore into and save from them through "
+                "the store's GPU path when it has one (docs/gpu.md), else stage through host "
+                "memory; 'none': always stage; 'fake': the store's fake device, CPU tensors "
+                "standing in for device memory (tests)",
 }
 
 # Finished request ids remembered for get_finished (vLLM names a request there in the same step
@@ -517,6 +525,38 @@ class _GroupCache:
     ptr_base: torch.Tensor
     suffix: str
 
+    def planes(self) -> Tuple[List[torch.Tensor], Optional[List[torch.Tensor]]]:
+        """The GPU path's per-layer page buffers: K (or the one plane), and V or None."""
+        k = [v[0] for v in self.views]
+        return k, ([v[1] for v in self.views] if self.layout.num_planes == 2 else None)
+
+
+class _DeviceRestore:
+    """A restore through the store's GPU path, behind the host restore's interface the loads
+    use: ``wait_layer(l)`` makes the current CUDA stream wait for layer l's event (no host
+    synchronisation; on the fake device the host waits), ``wait`` and ``result`` once done."""
+
+    def __init__(self, handle: Any, fake: bool) -> None:
+        self._handle, self._fake, self._result = handle, fake, None
+
+    def wait_layer(self, layer: int) -> None:
+        if self._fake:
+            self._handle.wait_layer(layer)
+        else:
+            self._handle.stream_wait_layer(layer, torch.cuda.current_stream())
+
+    def done(self) -> bool:
+        return self._handle.done()
+
+    def wait(self) -> None:
+        if self._result is None:
+            self._result = self._handle.wait()
+
+    @property
+    def result(self) -> Any:
+        self.wait()
+        return self._result
+
 
 @dataclass
 class _PendingLoad:
@@ -590,6 +630,7 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
         self._layer_index: Dict[str, Tuple[int, int]] = {}  # layer -> (group, layer in group)
         self._device: Optional[torch.device] = None
         self._staged = False
+        self._gpu: Optional[flatcake.GpuPath] = None  # the store's GPU path, when it is used
         self._load_staging = _HostStaging()
         self._save_staging = _HostStaging()
         self._pending: List[_PendingLoad] = []  # this step's loads
@@ -633,6 +674,9 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
         self._async_load = extra.pop("async_load", "ssd")
         if self._async_load not in ("ssd", "always", "never"):
             fail(f"'async_load' must be 'ssd', 'always' or 'never', got {self._async_load!r}")
+        self._gpu_mode = extra.pop("gpu_path", "auto")
+        if self._gpu_mode not in ("auto", "none", "fake"):
+            fail(f"'gpu_path' must be 'auto', 'none' or 'fake', got {self._gpu_mode!r}")
         if self._daemon is not None and extra:
             fail(f"has store options with 'daemon': they belong to the daemon's configuration "
                  f"(flatcake serve --config), not here: {', '.join(sorted(extra))}")
@@ -976,9 +1020,34 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
         first_tensor = next(iter(kv_caches.values()))
         self._device = first_tensor.device
         self._staged = first_tensor.device.type != "cpu"
+        self._gpu = self._open_gpu_path(first_tensor.device)
+        if self._gpu is not None:
+            self._staged = False
         for gi, names in enumerate(by_group):
             if names:
                 self._caches[gi] = self._register_group(gi, names, kv_caches)
+
+    def _open_gpu_path(self, device: torch.device) -> Optional[flatcake.GpuPath]:
+        """The store's GPU path for CUDA caches (or the fake device, asked for), or None: then
+        CUDA caches are staged through host memory. Logs which path and why."""
+        fake = self._gpu_mode == "fake"
+        if fake and device.type != "cpu":
+            raise ValueError("FlatCakeConnector: gpu_path 'fake' takes CPU tensors")
+        if not fake and (device.type != "cuda" or self._gpu_mode == "none"):
+            if device.type == "cuda":
+                logger.info("FlatCakeConnector: CUDA KV caches staged through host memory "
+                            "(gpu_path 'none')")
+            return None
+        try:  # the daemon's client has no GPU path: the store says so
+            gpu = self._store.gpu("fake" if fake else "auto")
+        except flatcake.Error as e:
+            logger.info("FlatCakeConnector: KV caches %s: the store has no GPU path here (%s)",
+                        "read and written in place" if fake else "staged through host memory",
+                        e)
+            return None
+        logger.info("FlatCakeConnector: loads and saves through the store's GPU path (%s)",
+                    "the fake device, gpu_path 'fake'" if fake else gpu.info().get("mode"))
+        return gpu
 
     def _register_group(self, gi: int, names: List[str], kv_caches: Dict[str, torch.Tensor]
                         ) -> "_GroupCache":
@@ -1001,9 +1070,10 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
         for i, name in enumerate(names):
             self._layer_index[name] = (gi, i)
         suffix = self._suffix  # (the scheduler's keys end in the group's part already)
+        path = ("the store's GPU path" if self._gpu is not None else
+                "staged through host memory" if self._staged else "in place")
         logger.info("FlatCakeConnector: group %d: %d layers, block %r, %s, key suffix %r, "
-                    "store %s", gi, len(names), layout, "staged through host memory"
-                    if self._staged else "in place", self._group_suffix[gi] + suffix,
+                    "store %s", gi, len(names), layout, path, self._group_suffix[gi] + suffix,
                     self._store.info())
         # For the in-place path: per layer (address, plane stride, block stride) in bytes.
         return _GroupCache(layout, views, torch.tensor(
@@ -1068,7 +1138,9 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
             layout = cache.layout
             keys = [k + cache.suffix for k in run.keys]
             staging = None
-            if self._staged:
+            if self._gpu is not None:
+                ptrs = None
+            elif self._staged:
                 nbytes = len(keys) * layout.block_bytes
                 # An asynchronous load outlives the step: a buffer of its own.
                 staging = (_host_buffer(nbytes) if run.asynchronous
@@ -1078,7 +1150,13 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
                 ptrs = self._paged_pointers(cache, run.block_ids)
             pending = self._async_pending if run.asynchronous else self._pending
             try:
-                handle = self._store.restore(keys, layout, ptrs, kind="slice_pointers")
+                if ptrs is None:  # straight into the paged KV tensors, one event per layer
+                    k, v = cache.planes()
+                    handle = _DeviceRestore(self._gpu.restore(keys, layout, k, v,
+                                                              pages=run.block_ids),
+                                            self._gpu_mode == "fake")
+                else:
+                    handle = self._store.restore(keys, layout, ptrs, kind="slice_pointers")
             except (flatcake.Error, ValueError) as e:
                 logger.warning("FlatCakeConnector: restore of %d blocks of %s failed: %s",
                                len(keys), run.req_id, e)
@@ -1189,6 +1267,8 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
     def _gather_all(self, run: _BlockRun) -> List[int]:
         """Pointers to the run's bytes: the paged cache itself, or (CUDA) a filled host copy."""
         cache = self._cache(run, "start_load_kv")
+        if self._gpu is not None:
+            return None  # _write gathers from device memory through the GPU path
         if not self._staged:
             return self._paged_pointers(cache, run.block_ids)
         buf = _host_buffer(len(run.block_ids) * cache.layout.block_bytes)
@@ -1228,6 +1308,11 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
             return
         for _, run in runs:
             self._cache(run, "wait_for_save")
+        if self._gpu is not None:
+            _sync(self._device)  # attention's writes of the step before the GPU path reads them
+            for _, run in runs:
+                self._write(run, None)
+            return
         if not self._staged:
             for _, run in runs:
                 self._write(run, self._paged_pointers(self._caches[run.group], run.block_ids))
@@ -1245,10 +1330,11 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
                                                     len(run.block_ids)))
         self._save_buffers = {}
 
-    def _write(self, run: _BlockRun, ptrs: List[int]) -> None:
-        """One put; a failure is logged (a dropped save is a later miss, not an error), and the
-        request's later blocks are not written: past the gap no lookup, which counts leading
-        blocks, could ever reach them."""
+    def _write(self, run: _BlockRun, ptrs: Optional[List[int]]) -> None:
+        """One put, from ``ptrs`` (host memory), or with None from the paged KV tensors through
+        the store's GPU path; a failure is logged (a dropped save is a later miss, not an error),
+        and the request's later blocks are not written: past the gap no lookup, which counts
+        leading blocks, could ever reach them."""
         cache = self._caches[run.group]
         keys = [k + cache.suffix for k in run.keys]
         if run.req_id in self._broken_chains:
@@ -1256,10 +1342,15 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
             return
         tail = run.prefix_tail + cache.suffix if run.prefix_tail is not None else None
         try:
-            put = self._store.put(keys, cache.layout, ptrs, kind="slice_pointers",
-                                  session=run.session, prefix_tail=tail, turn=run.turn,
-                                  context_tokens=run.context_tokens,
-                                  force_medium=self._force_medium)
+            if ptrs is None:  # the GPU path's put takes the chain (prefix_tail), no other hints
+                k, v = cache.planes()
+                put = self._gpu.put(keys, cache.layout, k, v, pages=run.block_ids,
+                                    prefix_tail=tail, force_medium=self._force_medium)
+            else:
+                put = self._store.put(keys, cache.layout, ptrs, kind="slice_pointers",
+                                      session=run.session, prefix_tail=tail, turn=run.turn,
+                                      context_tokens=run.context_tokens,
+                                      force_medium=self._force_medium)
             self.counters["blocks_saved"] += put.written
             self._stats.record("blocks_saved", put.written)
             if put.written and run.hashes:
@@ -1333,6 +1424,9 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
             if not load.failed:
                 load.handle.wait()
         self._async_pending = []
+        if self._gpu is not None:
+            self._gpu.close()
+            self._gpu = None
         if self._fingerprint is not None:
             _shared_stores.release(self._fingerprint)
             self._fingerprint = None
