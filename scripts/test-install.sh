@@ -70,8 +70,7 @@ for f in lib/cmake/FlatCake/FlatCakeConfig.cmake lib/cmake/FlatCake/FlatCakeConf
     exit 1
   }
 done
-if grep -q '^FLATCAKE_HAVE_CUDA:INTERNAL=ON' "$build/CMakeCache.txt" ||
-  [[ -f $build/libflatcake_gpu_kernels.so ]]; then
+if [[ -f $build/libflatcake_gpu_kernels.so ]]; then
   kernels=$("$prefix/bin/flatcake" info --json --dram-bytes 16M |
     "$python" -c 'import json, sys; print(json.load(sys.stdin)["build"]["gpu_kernels"])')
   [[ $kernels == "$prefix/lib/flatcake/libflatcake_gpu_kernels.so" ]] || {

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -143,7 +142,6 @@ class Bench:
         self.conn.bind_connector_metadata(meta)
         t0 = time.perf_counter()
         self.conn.start_load_kv(None)
-        started = time.perf_counter()
         first = None
         if not asynchronous:
             for name in self.names:
@@ -162,7 +160,7 @@ class Bench:
         end = time.perf_counter()
         if errors:
             raise RuntimeError(f"the connector did not deliver blocks {sorted(errors)[:8]}")
-        return {"total_s": end - t0, "start_s": started - t0, "step_s": step - t0,
+        return {"total_s": end - t0, "step_s": step - t0,
                 "first_layer_s": (first or end) - t0}
 
     def store_load(self, runs: List[Tuple[List[str], List[int]]]) -> float:
