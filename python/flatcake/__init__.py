@@ -482,8 +482,11 @@ class Store:
             verify: bool = True) -> GpuPath:
         """A GPU data path on this store (docs/gpu.md): ``mode`` "auto" (or FLATCAKE_GPU_MODE),
         "gds", "cufile-compat", "bounce", or "fake" (host memory, for tests). Its window is
-        ``slots`` slots of ``slot_bytes``. Raises :class:`flatcake.Error` (code "Unsupported",
-        with the reason) where no GPU can be used."""
+        ``slots`` slots of ``slot_bytes``. On a client of the node's daemon the path runs in this
+        process over the daemon's read leases (its pins, its FC-MAS admission, this process's
+        mapping of the arena); close it before the store. Raises :class:`flatcake.Error` (code
+        "Unsupported", with the reason) where no GPU can be used, or on a cluster member's
+        client (the path reads this node's media only)."""
         return GpuPath(self._core.gpu(mode, parse_size(slot_bytes, "slot_bytes"), slots, verify))
 
     def close(self) -> None:

@@ -43,14 +43,15 @@ the request: the connector warns at start).
 
 Data movement. CPU tensors (vLLM's CPU backend, the tests) are read and written in place: the
 store's pointers go straight into the paged cache. CUDA tensors go through the store's GPU path
-when it has one (an embedded store on a machine with CUDA; ``gpu_path``): restores land straight
-in vLLM's paged KV tensors at the metadata's block ids, ``wait_for_layer_load(l)`` makes the
-current stream wait on layer l's event (no host synchronisation), and saves are gathered from
-device memory by the store's device put. Without it (the daemon's client, no CUDA runtime) they
-go through a host staging buffer (pinned when CUDA can pin it) with torch copies on the current
-stream: a restore lands in the buffer and ``wait_for_layer_load`` copies that layer to the device;
-``save_kv_layer`` copies the layer's blocks out as soon as attention has written them. The
-connector logs at start which path it uses and why.
+when it has one (CUDA in this process and an embedded store or the node daemon's, whose client
+runs the path on its own mapping of the daemon's arena and pool files; ``gpu_path``): restores
+land straight in vLLM's paged KV tensors at the metadata's block ids, ``wait_for_layer_load(l)``
+makes the current stream wait on layer l's event (no host synchronisation), and saves are
+gathered from device memory by the store's device put. Without it (a cluster member's client, no
+CUDA runtime) they go through a host staging buffer (pinned when CUDA can pin it) with torch
+copies on the current stream: a restore lands in the buffer and ``wait_for_layer_load`` copies
+that layer to the device; ``save_kv_layer`` copies the layer's blocks out as soon as attention
+has written them. The connector logs at start which path it uses and why.
 
 Keys: ``<namespace><block hash hex><worker suffix>``. The hashes are vLLM's chained prefix-cache
 block hashes (``request.block_hashes``), so a block's key names its whole prefix and a session's
@@ -1038,7 +1039,7 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
                 logger.info("FlatCakeConnector: CUDA KV caches staged through host memory "
                             "(gpu_path 'none')")
             return None
-        try:  # the daemon's client has no GPU path: the store says so
+        try:  # a store without one (a cluster member's client) says why
             gpu = self._store.gpu("fake" if fake else "auto")
         except flatcake.Error as e:
             logger.info("FlatCakeConnector: KV caches %s: the store has no GPU path here (%s)",

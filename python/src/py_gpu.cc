@@ -7,6 +7,10 @@
 
 #include "py_convert.h"
 #include "store/flat_store.h"
+#if FLATCAKE_HAVE_SERVE
+#include "cluster/cluster_store.h"
+#include "serve/remote_store.h"
+#endif
 
 namespace flatcake::py {
 namespace {
@@ -156,12 +160,36 @@ void PyGpuTransfer::Close() {
   doomed.reset();  // waits for its restores and puts
 }
 
+namespace {
+
+// The read leases of the embedded flat store, or of the node daemon's client (unclustered: the
+// GPU path reads this node's media only).
+Result<std::unique_ptr<ReadLeases>> ReadLeasesOf(Store& store) {
+  if (auto* flat = dynamic_cast<FlatStore*>(&store)) {
+    return std::unique_ptr<ReadLeases>(std::make_unique<FlatStoreLeases>(*flat));
+  }
+#if FLATCAKE_HAVE_SERVE
+  serve::RemoteStore* remote = dynamic_cast<serve::RemoteStore*>(&store);
+  if (auto* cs = dynamic_cast<cluster::ClusterStore*>(&store)) {
+    if (cs->clustered()) {
+      return Status::Unsupported(
+          "the GPU path reads this node's media only; a cluster member's client restores "
+          "through host memory");
+    }
+    remote = &cs->local();
+  }
+  if (remote != nullptr) return remote->OpenReadLeases();
+#endif
+  return Status::Unsupported(
+      "the GPU path needs an embedded flat store (flatcake.open) or the node daemon's "
+      "(flatcake.connect)");
+}
+
+}  // namespace
+
 std::shared_ptr<PyGpuTransfer> OpenGpuTransfer(Store& store, const std::string& mode,
                                                uint64_t slot_bytes, uint32_t slots, bool verify) {
-  auto* flat = dynamic_cast<FlatStore*>(&store);
-  if (flat == nullptr) {
-    RaiseStatus(Status::Unsupported("the GPU path needs an embedded flat store (flatcake.open)"));
-  }
+  std::unique_ptr<ReadLeases> leases = Unwrap(ReadLeasesOf(store));
   gpu::GpuOptions go;
   go.mode = Unwrap(gpu::ParseGpuMode(mode));
   gpu::OpenedDevice opened = Unwrap(gpu::OpenGpu(go));
@@ -170,7 +198,8 @@ std::shared_ptr<PyGpuTransfer> OpenGpuTransfer(Store& store, const std::string& 
   to.slot_bytes = slot_bytes;
   to.window_slots = slots;
   to.verify = verify;
-  auto t = Unwrap(gpu::GpuTransfer::Create(*flat, opened.device, opened.probe.mode, to));
+  auto t =
+      Unwrap(gpu::GpuTransfer::Create(std::move(leases), opened.device, opened.probe.mode, to));
   return std::make_shared<PyGpuTransfer>(std::move(t), std::move(opened.probe));
 }
 

@@ -59,18 +59,28 @@ def test_gpu_path_none_keeps_cpu_tensors_in_place_and_bad_values_fail():
         Engine(dict(GPU, gpu_path="warp"))
 
 
-def test_the_daemons_client_falls_back_and_says_why(daemon, caplog):
-    """The store's GPU path needs an embedded store; through the daemon the connector keeps its
-    host path (staging, for CUDA caches) and logs the store's reason."""
+def test_the_daemons_client_loads_and_saves_through_the_gpu_path(daemon, caplog):
+    """Through the daemon, the GPU path runs in the engine's process on its own mapping of the
+    daemon's arena and its own reads of the pool files (RemoteStore's read leases): DRAM hits
+    and an asynchronous SSD load land in the paged tensors, and saves go through the daemon."""
     p = prompt(64, seed=54)
     with caplog.at_level(logging.INFO, logger="flatcake.vllm"):
-        a = Engine({"daemon": daemon, "gpu_path": "fake"}, tp=2)
-    assert any("no GPU path here" in r.getMessage() and "embedded" in r.getMessage()
-               for r in caplog.records)
+        a = Engine({"daemon": daemon, "gpu_path": "fake", "force_medium": "dram"}, tp=2)
+    assert any("GPU path (the fake device" in r.getMessage() for r in caplog.records)
     a.serve("a", p, max_tokens=2)
+    assert all(w.connector._gpu.stats()["puts"] >= 1 for w in a.workers)
     b = Engine({"daemon": daemon, "gpu_path": "fake"}, tp=2)
     b.serve("b", p, max_tokens=2)
     assert b.scheduler.admissions == [("b", 0, 48)] and b.mismatches == []
-    assert all(w.connector._gpu is None for w in b.workers)
-    a.close()
-    b.close()
+    assert all(w.connector._gpu.stats()["restores"] == 1 for w in b.workers)
+    assert all(w.connector._gpu.stats()["dram_bytes"] > 0 for w in b.workers)
+    # Written to SSD by one engine, loaded asynchronously by another through the GPU path.
+    q = prompt(96, seed=55)
+    w = Engine({"daemon": daemon, "gpu_path": "fake", "force_medium": "ssd"}, tp=2)
+    w.serve("w", q, max_tokens=2)
+    c = Engine({"daemon": daemon, "gpu_path": "fake"}, tp=2)
+    c.serve("c", q, max_tokens=3)
+    assert c.scheduler.admissions[0] == ("c", 0, 80) and c.mismatches == []
+    assert all(x.connector._gpu.stats()["ssd_bytes"] > 0 for x in c.workers)
+    for e in (a, b, w, c):
+        e.close()

@@ -80,6 +80,8 @@ class ClusterStore final : public Store {
   StoreInfo GetInfo() const override { return local_->GetInfo(); }
   const StoreOptions& options() const override { return local_->options(); }
 
+  // The client of this node's daemon: the whole store when not clustered().
+  serve::RemoteStore& local() { return *local_; }
   // Whether the daemon is in a cluster; this node's NodeID there (0 when not).
   bool clustered() const EXCLUDES(mu_);
   uint32_t local_node_id() const EXCLUDES(mu_);

@@ -343,6 +343,20 @@ TEST_F(GpuFakeTest, BadTargetsAndOversizedLayersAreRefused) {
       GpuTransfer::Create(*store_, std::make_shared<FakeDevice>(), GpuMode::kFake, bad).ok());
 }
 
+// A hit stored with another layout fails the restore at once (it used to wait forever for the
+// handle it had made before pinning).
+TEST_F(GpuFakeTest, AHitStoredWithAnotherLayoutIsRefusedAtOnce) {
+  Open(false);
+  const auto keys = MakeKeys(8, 0, 2);
+  PutHost(keys, MediaType::kDram);
+  auto t = Transfer(std::make_shared<FakeDevice>(), 1 * kMiB);
+  ASSERT_NE(t, nullptr);
+  const KvLayout other{kLayout.num_layers, kLayout.num_planes, kLayout.slice_bytes / 2};
+  HostPagedPool pool(other, 2);
+  EXPECT_EQ(t->Restore(keys, other, pool.Target({0, 1})).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 // Device puts: pages gathered layer-major through a window smaller than the batch (several
 // store Puts chained by prefix_tail), then read back by a host Get and by a device restore.
 TEST_F(GpuFakeTest, PutFromDevicePagesReadsBackByteExact) {

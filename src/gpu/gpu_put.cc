@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "gpu/gpu_transfer.h"
-#include "store/flat_store.h"
 
 namespace flatcake::gpu {
 

@@ -7,14 +7,11 @@
 #include <optional>
 #include <utility>
 
-#include "store/flat_store.h"
 #include "store/segment_layout.h"
 #include "util/checksum.h"
 
 namespace flatcake::gpu {
 namespace {
-
-std::atomic<uint64_t> g_next_owner{1};
 
 // A batch of cuFile reads issued by the file workers; Wait returns their first error.
 class FileBatch {
@@ -212,25 +209,34 @@ Status GpuRestore::WaitLayer(uint32_t layer) {
 
 // --- GpuTransfer ---
 
-GpuTransfer::GpuTransfer(FlatStore& store, std::shared_ptr<Device> device, GpuMode mode,
-                         const GpuTransferOptions& options)
-    : store_(store),
+GpuTransfer::GpuTransfer(std::unique_ptr<ReadLeases> leases, std::shared_ptr<Device> device,
+                         GpuMode mode, const GpuTransferOptions& options)
+    : leases_(std::move(leases)),
+      store_(leases_->store()),
       device_(std::move(device)),
       mode_(mode),
-      options_(options),
-      owner_((uint64_t{1} << 62) + g_next_owner.fetch_add(1)) {}
+      options_(options) {}
 
 Result<std::unique_ptr<GpuTransfer>> GpuTransfer::Create(FlatStore& store,
                                                          std::shared_ptr<Device> device,
                                                          GpuMode mode,
                                                          const GpuTransferOptions& options) {
+  return Create(std::make_unique<FlatStoreLeases>(store), std::move(device), mode, options);
+}
+
+Result<std::unique_ptr<GpuTransfer>> GpuTransfer::Create(std::unique_ptr<ReadLeases> leases,
+                                                         std::shared_ptr<Device> device,
+                                                         GpuMode mode,
+                                                         const GpuTransferOptions& options) {
+  if (leases == nullptr) return Status::InvalidArgument("no store");
   if (device == nullptr) return Status::InvalidArgument("no device (GPU mode none)");
   if (options.window_slots < 2) return Status::InvalidArgument("window_slots must be >= 2");
   if (options.slot_bytes < 4096 || options.slot_bytes % 4096 != 0) {
     return Status::InvalidArgument("slot_bytes must be a positive multiple of 4096");
   }
   if (options.max_io_bytes < 4096) return Status::InvalidArgument("max_io_bytes below 4096");
-  std::unique_ptr<GpuTransfer> t(new GpuTransfer(store, std::move(device), mode, options));
+  std::unique_ptr<GpuTransfer> t(
+      new GpuTransfer(std::move(leases), std::move(device), mode, options));
   FC_RETURN_IF_ERROR(t->Init());
   return t;
 }
@@ -257,13 +263,12 @@ Status GpuTransfer::Init() {
   table_host_ = static_cast<void**>(th);
   FC_ASSIGN_OR_RETURN(void* td, device_->Allocate(table_bytes));
   table_dev_ = static_cast<void**>(td);
-  const SharedMedia media = store_.shared_media();
-  arena_ = const_cast<uint8_t*>(store_.dram_arena_base());
-  arena_bytes_ = media.dram_bytes;
+  arena_ = const_cast<uint8_t*>(leases_->dram_arena());
+  arena_bytes_ = leases_->dram_bytes();
   // Best effort: a second path on the same store finds the arena registered already, and copies
   // from it still work (at the speed of pageable memory when nobody registered it).
   if (arena_ != nullptr) arena_registered_ = device_->RegisterHost(arena_, arena_bytes_).ok();
-  geometry_ = media.ssd;
+  geometry_ = leases_->ssd_geometry();
   if (geometry_.num_files() > 0) {
     if (direct_) {
       FC_ASSIGN_OR_RETURN(files_, SsdFilePool::OpenFiles(geometry_));
@@ -314,7 +319,6 @@ GpuTransfer::~GpuTransfer() {
   device_->Free(window_);
   device_->FreeHost(bounce_);
   if (arena_registered_) device_->UnregisterHost(arena_);
-  (void)store_.ReleaseOwner(owner_);
 }
 
 uint64_t GpuTransfer::window_bytes() const {
@@ -345,13 +349,16 @@ Result<std::shared_ptr<GpuRestore>> GpuTransfer::Restore(std::span<const Key> ke
         "one block's layer (" + std::to_string(planes * layout.slice_bytes) +
         " bytes) does not fit a window slot of " + std::to_string(options_.slot_bytes) + " bytes");
   }
+  const int64_t arrival = options.arrival_ns == kArrivalNow ? SteadyNowNs() : options.arrival_ns;
+  // Pinned before the handle exists: a handle that is not done waits for itself when dropped.
+  FC_ASSIGN_OR_RETURN(ReadPin pin, leases_->Pin(keys, layout, arrival));
   std::shared_ptr<GpuRestore> r(new GpuRestore(device_, layout, keys.size()));
-  FC_ASSIGN_OR_RETURN(r->pin_, store_.PinRead(owner_, keys, layout));
+  r->arrival_ns_ = arrival;
+  r->pin_ = std::move(pin);
   const std::vector<PinnedHit>& hits = r->pin_.hits;
   const uint64_t nhits = hits.size();
-  r->arrival_ns_ = options.arrival_ns == kArrivalNow ? SteadyNowNs() : options.arrival_ns;
   auto unpin_on_error = [&](Status st) {
-    (void)store_.Unpin(owner_, r->pin_.id);
+    if (r->pin_.id != 0) (void)leases_->Unpin(r->pin_.id, keys.size(), nullptr);
     MutexLock lock(r->mu_);
     r->done_ = true;  // nothing queued: the handle may go
     return st;
@@ -383,7 +390,7 @@ Result<std::shared_ptr<GpuRestore>> GpuTransfer::Restore(std::span<const Key> ke
     Enqueue(Task{r, nullptr});
     return r;
   }
-  Status st = store_.AdmitRead(owner_, r->pin_.id, r->arrival_ns_, [this, r](Status admitted) {
+  Status st = leases_->Admit(r->pin_.id, r->arrival_ns_, [this, r](Status admitted) {
     {
       MutexLock lock(r->mu_);
       r->admitted_ = std::move(admitted);
@@ -677,7 +684,7 @@ void GpuTransfer::RunRestore(const std::shared_ptr<GpuRestore>& rp) {
   RecordRemaining(r, recorded);  // every layer when there was no hit, or after an error
   // The window share goes back once every read is done; the pin once the copies from the arena
   // are (the finisher waits for the last event).
-  if (admitted) (void)store_.FinishRead(owner_, r.pin_.id);
+  if (admitted) leases_->ReadsDone(r.pin_.id);
   {
     MutexLock lock(mu_);
     finishing_.push_back(rp);
@@ -728,8 +735,10 @@ void GpuTransfer::FinishLoop() {
     }
     GetResult result = OutcomeOf(r, st);
     if (r.pin_.id != 0) {
-      (void)store_.Unpin(owner_, r.pin_.id);
-      store_.RecordLeaseRead(r.num_keys_, result);
+      if (Status held = leases_->Unpin(r.pin_.id, r.num_keys_, &result); !held.ok()) {
+        Fail(r, held);
+        result = OutcomeOf(r, held);  // every key a miss
+      }
     }
     {
       MutexLock rl(r.mu_);

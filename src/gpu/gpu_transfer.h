@@ -2,12 +2,14 @@
 // pool (FC-CIO's GPU path, paper §3.4; docs/gpu.md). One per CUDA stream of the caller's choice
 // of concurrency; each owns a bounded window.
 //
-// A device restore is a lease of the store (store/data_plan.h): the hits are pinned (PinRead),
-// FC-MAS admits the request exactly as it admits a host restore of the same hits (AdmitRead), and
-// this class moves the bytes, then gives the window share back (FinishRead) and the pin
-// (Unpin) and records what it delivered (RecordLeaseRead). The data half runs on one pipeline
-// thread, chunk by chunk, through a window of `window_slots` slots (default two: ping-pong) of
-// `slot_bytes` each in device memory, and in bounce mode as many pinned host slots:
+// A device restore is a lease of the store (store/read_leases.h): the hits are pinned, FC-MAS
+// admits the request exactly as it admits a host restore of the same hits, and this class moves
+// the bytes, then gives the window share back and the pin, with what it delivered. The leases are
+// the embedded store's (FlatStore) or the node daemon's, taken by its client in this process
+// (serve::RemoteStore::OpenReadLeases): the path then reads the client's own mapping of the
+// arena and the pool files by their paths, as the client's host restores do. The data half runs on
+// one pipeline thread, chunk by chunk, through a window of `window_slots` slots (default two:
+// ping-pong) of `slot_bytes` each in device memory, and in bounce mode as many pinned host slots:
 //   - a chunk is one layer of up to a slot's worth of blocks (a layer larger than a slot goes
 //     in several chunks), laid out [plane][block] in its slot, so that consecutive blocks of a
 //     segment are one contiguous run both in the medium and in the slot;
@@ -51,6 +53,7 @@
 #include "gpu/device.h"
 #include "store/attached_media.h"
 #include "store/data_plan.h"
+#include "store/read_leases.h"
 #include "util/thread_annotations.h"
 
 namespace flatcake {
@@ -157,6 +160,12 @@ class GpuTransfer {
   static Result<std::unique_ptr<GpuTransfer>> Create(FlatStore& store,
                                                      std::shared_ptr<Device> device, GpuMode mode,
                                                      const GpuTransferOptions& options = {});
+  // The same over any store's read leases: the node daemon's client's
+  // (serve::RemoteStore::OpenReadLeases) run the path in the client process, on its own mapping
+  // of the arena and its own descriptors of the pool files.
+  static Result<std::unique_ptr<GpuTransfer>> Create(std::unique_ptr<ReadLeases> leases,
+                                                     std::shared_ptr<Device> device, GpuMode mode,
+                                                     const GpuTransferOptions& options = {});
   ~GpuTransfer();
   GpuTransfer(const GpuTransfer&) = delete;
   GpuTransfer& operator=(const GpuTransfer&) = delete;
@@ -196,7 +205,7 @@ class GpuTransfer {
     std::shared_ptr<PutJob> put;
   };
 
-  GpuTransfer(FlatStore& store, std::shared_ptr<Device> device, GpuMode mode,
+  GpuTransfer(std::unique_ptr<ReadLeases> leases, std::shared_ptr<Device> device, GpuMode mode,
               const GpuTransferOptions& options);
   Status Init();
   void Enqueue(Task task) EXCLUDES(mu_);
@@ -216,11 +225,11 @@ class GpuTransfer {
   void Fail(GpuRestore& r, const Status& st);
   GetResult OutcomeOf(const GpuRestore& r, const Status& st) const;
 
-  FlatStore& store_;
+  const std::unique_ptr<ReadLeases> leases_;  // this path's pins, under an owner of their own
+  Store& store_;                              // leases_'s: the puts
   const std::shared_ptr<Device> device_;
   const GpuMode mode_;
   const GpuTransferOptions options_;
-  const uint64_t owner_;  // the store lease owner of this path's pins
   bool direct_ = false;
   bool verify_ = true;
   DeviceStream stream_ = nullptr;

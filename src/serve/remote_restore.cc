@@ -39,12 +39,12 @@ std::shared_ptr<RemoteRestore> RemoteRestore::Start(DaemonConnection::Use conn, 
   return r;
 }
 
-Result<std::vector<PinnedHit>> RemoteRestore::HitsOf(const rpc::PinReadReply& reply) const {
-  if (static_cast<size_t>(reply.blocks_size()) != num_keys_) {
+Result<std::vector<PinnedHit>> PinnedHitsOf(const rpc::PinReadReply& reply, size_t num_keys,
+                                            const KvLayout& layout, const SsdPoolGeometry& geo) {
+  if (static_cast<size_t>(reply.blocks_size()) != num_keys) {
     return Status::InvalidArgument("the daemon located " + std::to_string(reply.blocks_size()) +
-                                   " blocks of " + std::to_string(num_keys_) + " keys");
+                                   " blocks of " + std::to_string(num_keys) + " keys");
   }
-  const SsdPoolGeometry& geo = conn_->media().geometry();
   std::vector<PinnedHit> hits;
   hits.reserve(reply.hits());
   for (int i = 0; i < reply.blocks_size(); ++i) {
@@ -58,7 +58,7 @@ Result<std::vector<PinnedHit>> RemoteRestore::HitsOf(const rpc::PinReadReply& re
     } else {
       h.offset = b.offset();
     }
-    if (b.plane_stride() * layout_.num_planes != b.layer_stride()) {
+    if (b.plane_stride() * layout.num_planes != b.layer_stride()) {
       return Status::InvalidArgument(
           "the daemon located a block with strides this client "
           "cannot read");
@@ -68,6 +68,19 @@ Result<std::vector<PinnedHit>> RemoteRestore::HitsOf(const rpc::PinReadReply& re
     hits.push_back(h);
   }
   return hits;
+}
+
+rpc::Request UnpinRequest(uint64_t pin_id, bool delivered, const GetResult& result) {
+  rpc::Request request;
+  rpc::Unpin* u = request.mutable_unpin();
+  u->set_pin_id(pin_id);
+  u->set_delivered(delivered ? result.hits : 0);
+  u->set_corrupt(result.corrupt);
+  u->set_bytes_from_dram(delivered ? result.bytes_from_dram : 0);
+  u->set_bytes_from_ssd(delivered ? result.bytes_from_ssd : 0);
+  u->set_ssd_bytes_read(result.ssd_bytes_read);
+  u->set_ssd_reads(result.ssd_reads);
+  return request;
 }
 
 void RemoteRestore::OnPinned(Result<rpc::Response> reply) {
@@ -82,7 +95,8 @@ void RemoteRestore::OnPinned(Result<rpc::Response> reply) {
   const rpc::PinReadReply& p = reply->pin_read();
   pin_id_ = p.pin_id();
   queued_ns_ = p.queued_ns();
-  Result<std::vector<PinnedHit>> hits = HitsOf(p);
+  Result<std::vector<PinnedHit>> hits =
+      PinnedHitsOf(p, num_keys_, layout_, conn_->media().geometry());
   if (!hits.ok()) {
     Finish(hits.status());
     return;
@@ -166,15 +180,7 @@ void RemoteRestore::Finish(Status st) {
   result.queued_ns = queued_ns_;
   if (ssd_start_ns_ != 0) result.ssd_read_ns = SteadyNowNs() - ssd_start_ns_;
   if (pin_id_ != 0 && !broken) {
-    rpc::Request request;
-    rpc::Unpin* u = request.mutable_unpin();
-    u->set_pin_id(pin_id_);
-    u->set_delivered(st.ok() ? result.hits : 0);
-    u->set_corrupt(result.corrupt);
-    u->set_bytes_from_dram(st.ok() ? result.bytes_from_dram : 0);
-    u->set_bytes_from_ssd(st.ok() ? result.bytes_from_ssd : 0);
-    u->set_ssd_bytes_read(result.ssd_bytes_read);
-    u->set_ssd_reads(result.ssd_reads);
+    rpc::Request request = UnpinRequest(pin_id_, st.ok(), result);
     // Its reply tells nothing the restore needs; a later call of this connection is served after
     // it (the daemon serves a connection's requests in order).
     conn_->CallAsync(std::move(request), [](Result<rpc::Response>) {});

@@ -36,6 +36,14 @@
 
 namespace flatcake::serve {
 
+// A PinRead reply's locations of `num_keys` keys as pinned hits of this process's view of the
+// media (`geo`: the pool files as this client opened them). InvalidArgument for a reply that does
+// not fit the request.
+Result<std::vector<PinnedHit>> PinnedHitsOf(const rpc::PinReadReply& reply, size_t num_keys,
+                                            const KvLayout& layout, const SsdPoolGeometry& geo);
+// The Unpin of pin `pin_id`, reporting `result` (its hits and bytes only when `delivered`).
+rpc::Request UnpinRequest(uint64_t pin_id, bool delivered, const GetResult& result);
+
 class RemoteRestore : public std::enable_shared_from_this<RemoteRestore> {
  public:
   // Sends the PinRead of `keys` over `conn` (held until the restore is done). `dst`'s pointer
@@ -65,8 +73,6 @@ class RemoteRestore : public std::enable_shared_from_this<RemoteRestore> {
 
   // The PinRead's outcome, on the connection's reader thread.
   void OnPinned(Result<rpc::Response> reply) EXCLUDES(mu_);
-  // The reply's locations as pinned hits of this process's view of the media.
-  Result<std::vector<PinnedHit>> HitsOf(const rpc::PinReadReply& reply) const;
   // Runs the data half on this thread when it is ready and nobody claimed it.
   void TryRunDataHalf() EXCLUDES(mu_);
   void RunDataHalf() EXCLUDES(mu_);

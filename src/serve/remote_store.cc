@@ -26,7 +26,7 @@ Result<std::string> SocketPathOf(const std::string& address) {
 }
 
 // A reservation as the daemon's reply describes it, in this process's view of the media (as
-// HitsOf in remote_restore.cc: SSD offsets within the files back to back). `blocks` lists the
+// PinnedHitsOf in remote_restore.cc: SSD offsets within the files back to back). `blocks` lists the
 // reserved keys' batch indices segment after segment, block after block, as SegmentWriter and
 // the checksums want them.
 Result<WriteReservation> ReservationOf(const rpc::ReserveWriteReply& reply, const KvLayout& layout,
@@ -90,6 +90,75 @@ Status CheckBatch(size_t keys, std::string_view what) {
                                  " keys exceeds the daemon's batch limit of " +
                                  std::to_string(kMaxBatchKeys));
 }
+
+// The daemon's read leases over one connection (RemoteStore::OpenReadLeases).
+class RemoteReadLeases final : public ReadLeases {
+ public:
+  RemoteReadLeases(Store& store, DaemonConnection::Use conn)
+      : store_(store), conn_(std::move(conn)) {}
+  ~RemoteReadLeases() override = default;
+
+  Store& store() override { return store_; }
+  const uint8_t* dram_arena() const override { return conn_->media().access().dram; }
+  uint64_t dram_bytes() const override { return conn_->media().access().dram_bytes; }
+  const SsdPoolGeometry& ssd_geometry() const override { return conn_->media().geometry(); }
+
+  Result<ReadPin> Pin(std::span<const Key> keys, const KvLayout& layout,
+                      int64_t arrival_ns) override {
+    FC_RETURN_IF_ERROR(CheckBatch(keys.size(), "a device restore"));
+    FC_RETURN_IF_ERROR(Connected());
+    rpc::Request request;
+    rpc::PinRead* p = request.mutable_pin_read();
+    p->set_keys(EncodeKeys(keys));
+    *p->mutable_layout() = ToRpc(layout);
+    p->set_arrival_ns(arrival_ns);
+    FC_ASSIGN_OR_RETURN(rpc::Response reply,
+                        conn_->Call(std::move(request), rpc::Response::kPinRead));
+    ReadPin pin;
+    pin.id = reply.pin_read().pin_id();
+    pin.layout = layout;
+    Result<std::vector<PinnedHit>> hits =
+        PinnedHitsOf(reply.pin_read(), keys.size(), layout, conn_->media().geometry());
+    if (!hits.ok()) {
+      (void)Unpin(pin.id, keys.size(), nullptr);
+      return hits.status();
+    }
+    pin.hits = std::move(*hits);
+    for (const PinnedHit& h : pin.hits) {
+      if (h.medium == MediaType::kSsd) pin.ssd_bytes += layout.block_bytes();
+    }
+    return pin;
+  }
+
+  // The daemon admitted the pin before answering it.
+  Status Admit(uint64_t, int64_t, std::function<void(Status)> on_admitted) override {
+    on_admitted(Status::OK());
+    return Status::OK();
+  }
+  // The daemon gives the window share back at the Unpin.
+  void ReadsDone(uint64_t) override {}
+
+  Status Unpin(uint64_t pin, size_t, const GetResult* delivered) override {
+    if (pin == 0) return Status::OK();
+    FC_RETURN_IF_ERROR(Connected());
+    // Its reply tells nothing; the daemon serves the connection's requests in order.
+    conn_->CallAsync(
+        UnpinRequest(pin, delivered != nullptr, delivered != nullptr ? *delivered : GetResult{}),
+        [](Result<rpc::Response>) {});
+    return Status::OK();
+  }
+
+ private:
+  Status Connected() const {
+    if (!conn_->broken()) return Status::OK();
+    return Status::IOError(
+        "the connection to the daemon these read leases were opened on broke (its pins went "
+        "with it): open them again");
+  }
+
+  Store& store_;
+  DaemonConnection::Use conn_;
+};
 
 }  // namespace
 
@@ -159,6 +228,11 @@ bool RemoteStore::connected() const {
 uint64_t RemoteStore::reconnects() const {
   MutexLock lock(mu_);
   return reconnects_;
+}
+
+Result<std::unique_ptr<ReadLeases>> RemoteStore::OpenReadLeases() {
+  FC_ASSIGN_OR_RETURN(DaemonConnection::Use c, Acquire());
+  return std::unique_ptr<ReadLeases>(new RemoteReadLeases(*this, std::move(c)));
 }
 
 Result<DaemonConnection::Use> RemoteStore::Acquire() const {

@@ -40,6 +40,7 @@
 #include "serve/cluster_view.h"
 #include "serve/daemon_connection.h"
 #include "serve/task_thread.h"
+#include "store/read_leases.h"
 #include "util/thread_annotations.h"
 
 namespace flatcake::serve {
@@ -74,6 +75,13 @@ class RemoteStore final : public Store {
   bool connected() const EXCLUDES(mu_);
   // Connections made after the first.
   uint64_t reconnects() const EXCLUDES(mu_);
+  // Read leases over the current connection, for a data half of this process that moves the
+  // bytes itself (the GPU path: gpu::GpuTransfer::Create). Each Pin is one PinRead, answered once
+  // FC-MAS admitted it; Unpin reports what was delivered. The leases keep that connection (and
+  // this process's mapping of the arena) until they are destroyed, which must be before this
+  // store; once it breaks, Pin fails with IOError and the leases must be opened again. IOError
+  // when the daemon cannot be reached.
+  Result<std::unique_ptr<ReadLeases>> OpenReadLeases() EXCLUDES(mu_);
   // The cluster the daemon belongs to (docs/cluster.md): `enabled` false for a one-node store.
   // IOError when the daemon cannot be reached.
   Result<ClusterViewInfo> ClusterView() const EXCLUDES(mu_);
