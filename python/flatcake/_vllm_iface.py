@@ -302,7 +302,8 @@ class KVConnectorPromMetrics:
         raise NotImplementedError
 
 
-# vllm/distributed/kv_events.py: the KV cache events a connector publishes (BlockStored), and the
+# vllm/distributed/kv_events.py: the KV cache events a connector publishes (BlockStored,
+# BlockRemoved), and the
 # folding of workers' events (an event every worker emitted is common).
 @dataclass
 class BlockStored:
@@ -319,6 +320,16 @@ class BlockStored:
     def __hash__(self) -> int:
         return hash((tuple(self.block_hashes), self.parent_block_hash, tuple(self.token_ids),
                      self.block_size, self.medium, self.group_idx))
+
+
+@dataclass
+class BlockRemoved:
+    block_hashes: list
+    medium: Optional[str]
+    group_idx: Optional[int] = None
+
+    def __hash__(self) -> int:
+        return hash((tuple(self.block_hashes), self.medium, self.group_idx))
 
 
 class KVEventAggregator:

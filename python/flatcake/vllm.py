@@ -111,12 +111,13 @@ except ImportError:  # pragma: no cover - as above
     from ._vllm_iface import KVConnectorPromMetrics, KVConnectorStats
 try:
     from vllm.distributed.kv_events import (  # type: ignore
+        BlockRemoved,
         BlockStored,
         KVConnectorKVEvents,
         KVEventAggregator,
     )
 except ImportError:  # pragma: no cover - as above
-    from ._vllm_iface import BlockStored, KVConnectorKVEvents, KVEventAggregator
+    from ._vllm_iface import BlockRemoved, BlockStored, KVConnectorKVEvents, KVEventAggregator
 
 __all__ = [
     "CONNECTOR_OPTIONS",
@@ -150,6 +151,9 @@ CONNECTOR_OPTIONS: Dict[str, str] = {
     "async_load": "'ssd' (default): a hit that needs the SSD is loaded asynchronously (vLLM "
                   "schedules the request once every worker has it), a DRAM-ready hit layer by "
                   "layer in the step; 'always'; 'never' (every hit in the step)",
+    "events_probe_s": "how often (seconds, default 1) take_events looks up a share of the blocks "
+                      "it announced to report those the store reclaimed as BlockRemoved; 0: "
+                      "every call",
     "gpu_path": "'auto' (default): with CUDA KV caches, restore into and save from them through "
                 "the store's GPU path when it has one (docs/gpu.md), else stage through host "
                 "memory; 'none': always stage; 'fake': the store's fake device, CPU tensors "
@@ -278,6 +282,55 @@ class FlatCakeKVEvents(KVConnectorKVEvents):
 
 # BlockStored's medium: where the store placed the blocks.
 _EVENT_MEDIUM = {"dram": "CPU", "ssd": "STORAGE"}
+
+
+class _AnnouncedRuns:
+    """The runs of blocks BlockStored announced and no BlockRemoved took back yet (at most
+    MAX_RUNS, the oldest forgotten first), looked up PROBE_RUNS at a time, oldest first, at most
+    every ``interval_s``. A block the store no longer serves is reported removed, and so is every
+    block after it in its run: lookups are leading (vLLM's and the store's), so those can never
+    be hits again."""
+
+    MAX_RUNS = 1 << 16
+    PROBE_RUNS = 64
+
+    def __init__(self, interval_s: float) -> None:
+        self._interval_s = interval_s
+        self._next_probe = 0.0
+        self._runs: "OrderedDict[int, Tuple[List[Any], Optional[str], Optional[int]]]" = \
+            OrderedDict()
+        self._serial = 0
+
+    def add(self, ev: Any) -> None:
+        if not ev.block_hashes:
+            return
+        self._serial += 1
+        self._runs[self._serial] = (list(ev.block_hashes), ev.medium,
+                                    getattr(ev, "group_idx", None))
+        while len(self._runs) > self.MAX_RUNS:
+            self._runs.popitem(last=False)
+
+    def probe(self, present: Any) -> List[Any]:
+        """BlockRemoved for the probed runs' blocks that ``present(hashes, group)`` (leading
+        blocks still served; raises flatcake.Error when it cannot say) says are gone."""
+        now = time.monotonic()
+        if not self._runs or now < self._next_probe:
+            return []
+        self._next_probe = now + self._interval_s
+        removed = []
+        for serial in list(self._runs)[:self.PROBE_RUNS]:
+            hashes, medium, group = self._runs.pop(serial)
+            try:
+                kept = present(hashes, group)
+            except flatcake.Error:  # the store out of reach: not a removal; try again later
+                self._runs[serial] = (hashes, medium, group)
+                break
+            if kept < len(hashes):
+                extra = {"group_idx": group} if group is not None else {}
+                removed.append(BlockRemoved(block_hashes=hashes[kept:], medium=medium, **extra))
+            if kept > 0:
+                self._runs[serial] = (hashes[:kept], medium, group)  # to the back
+        return removed
 
 
 @dataclass
@@ -675,6 +728,10 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
         self._async_load = extra.pop("async_load", "ssd")
         if self._async_load not in ("ssd", "always", "never"):
             fail(f"'async_load' must be 'ssd', 'always' or 'never', got {self._async_load!r}")
+        probe_s = extra.pop("events_probe_s", 1.0)
+        if isinstance(probe_s, bool) or not isinstance(probe_s, (int, float)) or probe_s < 0:
+            fail(f"'events_probe_s' must be a number of seconds >= 0, got {probe_s!r}")
+        self._announced = _AnnouncedRuns(float(probe_s))
         self._gpu_mode = extra.pop("gpu_path", "auto")
         if self._gpu_mode not in ("auto", "none", "fake"):
             fail(f"'gpu_path' must be 'auto', 'none' or 'fake', got {self._gpu_mode!r}")
@@ -748,12 +805,26 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
             self._holding.discard(req_id)
         events = getattr(connector_output, "kv_cache_events", None)
         if events is not None:
-            self._events_out.extend(events.aggregate().get_all_events())
+            common = events.aggregate().get_all_events()
+            self._events_out.extend(common)
+            for ev in common:
+                if isinstance(ev, BlockStored):
+                    self._announced.add(ev)
 
     def take_events(self) -> Iterable[Any]:
-        """BlockStored for the blocks every worker stored since the last call."""
+        """BlockStored for the blocks every worker stored since the last call, and BlockRemoved
+        for announced blocks the store no longer serves (reclaimed), found by looking up a share
+        of them every ``events_probe_s``."""
         events, self._events_out = self._events_out, []
+        events.extend(self._announced.probe(self._announced_present))
         return events
+
+    def _announced_present(self, hashes: List[Any], group: Optional[int]) -> int:
+        """How many leading blocks of an announced run every worker still has; raises
+        flatcake.Error when the store cannot say (then nothing is reported removed)."""
+        g = group or 0
+        keys = [self._namespace + _hash_hex(h) + self._group_suffix[g] for h in hashes]
+        return self._present(keys)[0]
 
     def get_kv_connector_kv_cache_events(self) -> Optional[FlatCakeKVEvents]:
         """This worker's BlockStored events of the step (None when it stored nothing)."""
@@ -781,6 +852,14 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
     def _leading_hits(self, keys: List[str]) -> Tuple[int, bool]:
         """Leading blocks every worker's keys have in the store, and whether any worker's
         lookup found some of them on SSD (the store's slowest medium among its hits)."""
+        try:
+            return self._present(keys)
+        except flatcake.Error as e:  # the daemon restarting: a miss, not a failure
+            logger.warning("FlatCakeConnector: lookup failed (%s); counting a miss", e)
+            return 0, False
+
+    def _present(self, keys: List[str]) -> Tuple[int, bool]:
+        """_leading_hits, raising flatcake.Error when a lookup fails."""
         tps = [0] if self._mla else range(self._tp_size)
         on_ssd = False
         for tp in tps:
@@ -788,11 +867,7 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
                 if not keys:
                     return 0, False
                 suffix = self._key_suffix(tp, pp)
-                try:
-                    found = self._store.lookup([k + suffix for k in keys])
-                except flatcake.Error as e:  # the daemon restarting: a miss, not a failure
-                    logger.warning("FlatCakeConnector: lookup failed (%s); counting a miss", e)
-                    return 0, False
+                found = self._store.lookup([k + suffix for k in keys])
                 keys = keys[:found.leading_hits]
                 on_ssd = on_ssd or (found.leading_hits > 0 and found.slowest_medium == "ssd")
         return len(keys), on_ssd

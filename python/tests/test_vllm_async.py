@@ -8,6 +8,7 @@ import logging
 import pytest
 
 import flatcake
+import flatcake.vllm as fv
 from vllm.v1.request import RequestStatus
 from vllm_util import Engine, no_store_outlives_its_test, prompt  # noqa: F401
 
@@ -280,6 +281,50 @@ def test_every_block_stored_is_announced_once_with_vllms_hashes(ssd_dir):
     again.serve("r2", p, max_tokens=2)
     assert [ev for ev in stored_events(again) if ev.medium in ("CPU", "STORAGE")] == []
     again.close()
+
+
+def removed_events(engine):
+    return [ev for batch in engine.scheduler.kv_event_batches for ev in batch.events
+            if type(ev).__name__ == "BlockRemoved"]
+
+
+def test_blocks_the_store_reclaims_are_announced_removed():
+    e = Engine({"dram_bytes": "64MiB", "events_probe_s": 0})
+    a = e.add("a", prompt(64, seed=44), max_tokens=2)
+    e.run()
+    stored = [h for ev in stored_events(e) if ev.medium == "CPU" for h in ev.block_hashes]
+    assert len(stored) >= 3 and set(stored) <= set(a.block_hashes) and removed_events(e) == []
+    # Nothing reclaimed yet: a step's probe finds every announced block.
+    e.serve("b", prompt(20, seed=45), max_tokens=2)
+    assert removed_events(e) == []
+    before = sorted(h for ev in stored_events(e) for h in ev.block_hashes)  # a's and b's
+    store = e.workers[0].connector._store
+    assert store.reclaim("dram", 0.0) > 0
+    e.serve("c", prompt(20, seed=46), max_tokens=2)
+    removed = removed_events(e)
+    assert all(ev.medium == "CPU" for ev in removed)
+    assert sorted(h for ev in removed for h in ev.block_hashes) == before
+    # Each block is taken back once.
+    e.serve("d", prompt(20, seed=47), max_tokens=2)
+    assert len(removed_events(e)) == len(removed)
+    e.close()
+
+
+def test_a_run_is_removed_from_its_first_missing_block_and_lookup_errors_remove_nothing():
+    runs = fv._AnnouncedRuns(0.0)
+    runs.add(fv.BlockStored(block_hashes=[1, 2, 3], parent_block_hash=None, token_ids=[],
+                            block_size=16, lora_id=None, medium="STORAGE", lora_name=None))
+
+    def out_of_reach(hashes, group):
+        raise flatcake.Error("IOError: the daemon is restarting")
+
+    assert runs.probe(out_of_reach) == []
+    got = runs.probe(lambda hashes, group: 1)  # block 2 gone: 3 can never be a hit
+    assert [(ev.block_hashes, ev.medium) for ev in got] == [([2, 3], "STORAGE")]
+    assert [ev.block_hashes for ev in runs.probe(lambda hashes, group: 0)] == [[1]]
+    assert runs.probe(lambda hashes, group: 0) == []  # nothing left announced
+    with pytest.raises(ValueError, match="events_probe_s"):
+        Engine({"dram_bytes": "64MiB", "events_probe_s": -1})
 
 
 def test_two_ranks_announce_a_block_once_both_stored_it(daemon):
