@@ -14,6 +14,13 @@
 #                                         them into a private prefix (never into /) when the
 #                                         machine lacks them.
 #
+# Then the vLLM connector on the GPU (docs/vllm.md), when python3's torch has CUDA: the package
+# built from the same tree and installed into a venv, and `flatcake bench vllm --device cuda`
+# (a paged KV pool on the GPU, the connector's restores through the store's GPU path, each
+# layer read by a kernel on a compute stream after wait_for_layer_load, every byte compared,
+# connector_vs_store against the store's own GPU restore). Without CUDA torch the JSON says why
+# under "connector" and the rest of the check stands.
+#
 # Environment: FLATCAKE_CUDA_ARCHITECTURES (default 90), DEVICE_CHECK_BYTES (bench restore size,
 # default 2GiB), DEVICE_CHECK_JOBS (default: nproc).
 set -uo pipefail
@@ -24,7 +31,7 @@ DEPS_DIR=$ROOT/.device-deps
 # them (the subset the library, the CLI and the tests use), plus their runtime libraries.
 DEPS=(libxxhash-dev libxxhash0 libzstd-dev zlib1g-dev libcli11-dev nlohmann-json3-dev libtbb-dev
   libtbb12 libtbbmalloc2 libtbbbind-2-5 libgtest-dev libgmock-dev pkgconf pkgconf-bin
-  libpkgconf3 pkg-config)
+  libpkgconf3 pkg-config pybind11-dev)
 
 if [[ "${1:-}" == "--fetch-deps" ]]; then
   mkdir -p "$DEPS_DIR" && cd "$DEPS_DIR" || exit 1
@@ -47,6 +54,7 @@ ERRORS=()
 declare -A TESTS=()
 BENCH=null
 GPU_MODE=null
+CONNECTOR=null
 
 note() { echo "device-check: $*" >&2; }
 elapsed() { echo $(($(date +%s) - START)); }
@@ -71,7 +79,8 @@ finish() {
     cp "$LOG"/*.log "$OUT"/ 2>/dev/null
   fi
   echo "{\"device_check\": \"$status\", \"stage\": \"$STAGE\", \"seconds\": $(elapsed), " \
-    "\"gpu_mode\": $GPU_MODE, \"tests\": $tests, \"bench\": $BENCH, \"errors\": $errors}"
+    "\"gpu_mode\": $GPU_MODE, \"tests\": $tests, \"bench\": $BENCH, \"connector\": $CONNECTOR," \
+    "\"errors\": $errors}"
   [[ $status == ok ]] && exit 0 || exit 1
 }
 
@@ -206,6 +215,36 @@ else
   tail -n 20 "$LOG/bench-stderr.log" >&2
 fi
 rm -rf "$BENCH_DIR"
+
+# --- the vLLM connector on the GPU ---
+STAGE=connector
+if ! python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
+  >"$LOG/connector-torch.log" 2>&1; then
+  CONNECTOR="{\"status\": \"skipped\", \"reason\": $(json_str "python3's torch has no CUDA: \
+$(tail -n 1 "$LOG/connector-torch.log")")}"
+  note "connector skipped: python3's torch has no CUDA"
+else
+  VENV=$LOG/venv
+  if python3 -m venv --system-site-packages "$VENV" >"$LOG/connector-build.log" 2>&1 &&
+    timeout 420 "$VENV/bin/pip" install --no-build-isolation --no-deps \
+      --config-settings=build-dir="$BUILD" --config-settings=jobs="$JOBS" . \
+      >>"$LOG/connector-build.log" 2>&1; then
+    mkdir -p "$BENCH_DIR"
+    if (cd /tmp && timeout 300 "$VENV/bin/python" -m flatcake._bench_vllm --device cuda --json \
+      --bytes 1GiB --first-layer-bytes "$BYTES" --ssd-dir "$BENCH_DIR") \
+      >"$LOG/connector.log" 2>"$LOG/connector-stderr.log"; then
+      CONNECTOR=$(tail -n 1 "$LOG/connector.log")
+    else
+      ERRORS+=("bench vllm --device cuda failed: $(tail -n 3 "$LOG/connector-stderr.log" |
+        tr '\n' ' ')")
+      tail -n 20 "$LOG/connector-stderr.log" >&2
+    fi
+    rm -rf "$BENCH_DIR"
+  else
+    ERRORS+=("the Python package did not build or install (connector-build.log)")
+    tail -n 30 "$LOG/connector-build.log" >&2
+  fi
+fi
 
 STAGE=done
 if [[ ${#ERRORS[@]} -eq 0 ]]; then finish ok; else finish failed; fi

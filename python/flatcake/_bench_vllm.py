@@ -15,12 +15,20 @@ GB/s of each and ``connector_vs_store`` (medians; the target is at least 0.9), a
 request of ``--first-layer-bytes``, the time to its first layer through the connector
 (``first_layer_ms``), and the step time a synchronous SSD load holds against the one an
 asynchronous load holds (its ``start_load_kv``; the load then finishes off the step).
+
+``--device cuda`` puts the paged KV caches on the GPU: the connector then restores through the
+store's GPU path (``GpuPath``) and the store's side is ``GpuPath.restore`` of the same blocks into
+the same pages; every layer the connector reports is read by a kernel on a compute stream right
+after ``wait_for_layer_load`` (which only makes that stream wait), and its sum compared with the
+written bytes' (``layer_mismatches``). ``--device fake`` runs the same GPU-path code on the
+store's fake device (CPU tensors), as the tests do.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -58,6 +66,9 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     ap.add_argument("--first-layer-bytes", type=flatcake.parse_size, default=2 * GiB,
                     help="the one request of the first-layer and step-time runs (default 2GiB)")
     ap.add_argument("--ssd-dir", default="", help="pool directory (default: a temporary one)")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda", "fake"),
+                    help="where the KV caches are: cpu (in place, default), cuda (the GPU path; "
+                         "needs torch with CUDA), fake (the GPU path on the fake device)")
     ap.add_argument("--json", action="store_true",
                     help="after the table, one JSON object on the last line")
     a = ap.parse_args(argv)
@@ -67,6 +78,9 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     if min(a.requests, a.layers, a.heads, a.head_size, a.block_size, a.reps) < 1:
         ap.error("--requests, --layers, --heads, --head-size, --block-size, --reps must be >= 1")
     a.media = media
+    a.run_id = f"{os.getpid()}-{time.monotonic_ns()}"  # keys of their own in a reused --ssd-dir
+    if a.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: this torch has no usable CUDA device")
     return a
 
 
@@ -77,13 +91,16 @@ class Bench:
         self.a = a
         dtype = torch.float16
         cell = 2 * a.head_size  # K and V packed: vLLM's content dimension
-        self.buffer = torch.zeros((a.layers, num_blocks, a.block_size, a.heads, cell), dtype=dtype)
+        self.device = torch.device("cuda" if a.device == "cuda" else "cpu")
+        self.buffer = torch.zeros((a.layers, num_blocks, a.block_size, a.heads, cell), dtype=dtype,
+                                  device=self.device)
         self.names = [f"model.layers.{i}.self_attn.attn" for i in range(a.layers)]
         views = {n: self.buffer[i].permute(0, 2, 1, 3) for i, n in enumerate(self.names)}
         block_bytes = a.layers * a.block_size * a.heads * cell * 2
         store_bytes = num_blocks * block_bytes + 64 * MiB
         extra = {"dram_bytes": store_bytes, "ssd_dirs": [ssd_dir], "ssd_bytes": store_bytes,
-                 "ssd_file_bytes": 1 * GiB if store_bytes > GiB else 64 * MiB}
+                 "ssd_file_bytes": 1 * GiB if store_bytes > GiB else 64 * MiB,
+                 "gpu_path": {"cpu": "none", "cuda": "auto", "fake": "fake"}[a.device]}
         config = SimpleNamespace(
             model_config=SimpleNamespace(model="bench/model", use_mla=False),
             cache_config=SimpleNamespace(block_size=a.block_size),
@@ -97,6 +114,16 @@ class Bench:
         self.store = self.conn._store
         self.layout = flatcake.KvLayout(a.layers, 1, a.block_size * a.heads * cell * 2)
         self.block_bytes = block_bytes
+        self.gpu = self.conn._gpu  # the store's GPU path (cuda, fake), or None
+        if a.device != "cpu" and self.gpu is None:
+            raise RuntimeError(f"--device {a.device}: the store has no GPU path here")
+        self.compute = torch.cuda.Stream() if a.device == "cuda" else None
+        self.layer_sums: Dict[int, torch.Tensor] = {}  # block -> the written bytes' sum per layer
+        self.layer_mismatches = 0
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
 
     def block_view(self, block: int) -> torch.Tensor:
         """Block ``block`` of every layer: [layers, bytes of one layer's block]."""
@@ -107,6 +134,7 @@ class Bench:
         return [self.buffer[l, b].data_ptr() for b in blocks for l in range(self.a.layers)]
 
     def fill(self, blocks: List[int], seed: int) -> List[torch.Tensor]:
+        """Random bytes for the blocks, in host memory (what put writes) and in the caches."""
         g = torch.Generator().manual_seed(seed)
         want = []
         for b in blocks:
@@ -114,23 +142,30 @@ class Bench:
                                 dtype=torch.uint8, generator=g)
             self.block_view(b).copy_(src)
             want.append(src)
+            self.layer_sums[b] = src.sum(dim=1, dtype=torch.int64).to(self.device)
+        self.sync()
         return want
 
     def clear(self, blocks: List[int]) -> None:
         for b in blocks:
             self.block_view(b).zero_()
+        self.sync()
 
     def mismatches(self, blocks: List[int], want: List[torch.Tensor]) -> int:
-        return sum(int((self.block_view(b) != w).any()) for b, w in zip(blocks, want))
+        self.sync()
+        return sum(int((self.block_view(b).cpu() != w).any()) for b, w in zip(blocks, want))
 
     def stored(self, keys: List[str]) -> List[str]:
         """The store's keys: the connector adds its worker suffix to the scheduler's."""
         return [k + self.conn._suffix for k in keys]
 
-    def put(self, keys: List[str], blocks: List[int], medium: str) -> None:
+    def put(self, keys: List[str], blocks: List[int], want: List[torch.Tensor],
+            medium: str) -> None:
+        """Writes the blocks' bytes from host memory (``want``, fill's)."""
         keys = self.stored(keys)
-        r = self.store.put(keys, self.layout, self.pointers(blocks), kind="slice_pointers",
-                           session=keys[0], force_medium=medium)
+        ptrs = [w[l].data_ptr() for w in want for l in range(self.a.layers)]
+        r = self.store.put(keys, self.layout, ptrs, kind="slice_pointers", session=keys[0],
+                           force_medium=medium)
         if r.written != len(keys):
             raise RuntimeError(f"put wrote {r.written} of {len(keys)} blocks")
 
@@ -144,10 +179,7 @@ class Bench:
         self.conn.start_load_kv(None)
         first = None
         if not asynchronous:
-            for name in self.names:
-                self.conn.wait_for_layer_load(name)
-                if first is None:
-                    first = time.perf_counter()
+            first = self._wait_layers(runs)
         errors = self.conn.get_block_ids_with_load_errors()
         step = time.perf_counter()
         self.conn.clear_connector_metadata()
@@ -157,13 +189,43 @@ class Bench:
                 _, done = self.conn.get_finished(set())
                 pending -= done or set()
                 errors |= self.conn.get_block_ids_with_load_errors()
+        self.sync()
         end = time.perf_counter()
         if errors:
             raise RuntimeError(f"the connector did not deliver blocks {sorted(errors)[:8]}")
         return {"total_s": end - t0, "step_s": step - t0,
                 "first_layer_s": (first or end) - t0}
 
+    def _wait_layers(self, runs: List[Tuple[List[str], List[int]]]) -> float:
+        """wait_for_layer_load of every layer in order, as vLLM's forward does; on CUDA on a
+        compute stream, whose kernel then sums the layer's bytes of every block (checked against
+        the written bytes' once the stream is done). When the first layer was usable."""
+        if self.compute is None:
+            first = None
+            for name in self.names:
+                self.conn.wait_for_layer_load(name)
+                if first is None:
+                    first = time.perf_counter()
+            return first
+        blocks = torch.tensor([b for _, bs in runs for b in bs], device=self.device)
+        sums = []
+        first = None
+        with torch.cuda.stream(self.compute):
+            for l, name in enumerate(self.names):
+                self.conn.wait_for_layer_load(name)  # the stream waits; the host does not
+                rows = self.buffer[l].index_select(0, blocks).reshape(len(blocks), -1)
+                sums.append(rows.view(torch.uint8).sum(dim=1, dtype=torch.int64))
+                if first is None:
+                    self.compute.synchronize()
+                    first = time.perf_counter()
+        self.compute.synchronize()
+        want = torch.stack([self.layer_sums[int(b)] for b in blocks.tolist()], dim=1)
+        self.layer_mismatches += int((torch.stack(sums) != want).any(dim=1).sum())
+        return first
+
     def store_load(self, runs: List[Tuple[List[str], List[int]]]) -> float:
+        if self.gpu is not None:
+            return self._store_gpu_load(runs)
         t0 = time.perf_counter()
         handles = [self.store.restore(self.stored(keys), self.layout, self.pointers(blocks),
                                       kind="slice_pointers") for keys, blocks in runs]
@@ -175,13 +237,28 @@ class Bench:
                 raise RuntimeError("the store did not deliver every block")
         return time.perf_counter() - t0
 
+    def _store_gpu_load(self, runs: List[Tuple[List[str], List[int]]]) -> float:
+        """The store's own GPU path restoring the same blocks into the same pages."""
+        t0 = time.perf_counter()
+        k_buffers = [self.buffer[l] for l in range(self.a.layers)]
+        handles = [self.gpu.restore(self.stored(keys), self.layout, k_buffers, pages=blocks)
+                   for keys, blocks in runs]
+        for h in handles:
+            for layer in range(self.a.layers):
+                h.wait_layer(layer)
+            r = h.wait()
+            if r.hits != len(r.found):
+                raise RuntimeError("the store's GPU path did not deliver every block")
+        self.sync()
+        return time.perf_counter() - t0
+
 
 def _medium_round(bench: Bench, medium: str, a: argparse.Namespace, first_block: int,
                   per_request: int, out: Dict) -> int:
     blocks = list(range(first_block, first_block + per_request * a.requests))
-    keys = [f"bench/{medium}/{b}" for b in blocks]
+    keys = [f"bench/{a.run_id}/{medium}/{b}" for b in blocks]
     want = bench.fill(blocks, seed=hash(medium) & 0xFFFF)
-    bench.put(keys, blocks, medium)
+    bench.put(keys, blocks, want, medium)
     runs = [(keys[i * per_request:(i + 1) * per_request],
              blocks[i * per_request:(i + 1) * per_request]) for i in range(a.requests)]
     nbytes = len(blocks) * bench.block_bytes
@@ -208,7 +285,11 @@ def run(a: argparse.Namespace, ssd_dir: str) -> Dict:
     num_blocks = per_request * a.requests * len(a.media) + big
     bench = Bench(a, num_blocks, ssd_dir)
     out: Dict = {"layout": str(bench.layout), "requests": a.requests, "reps": a.reps,
-                 "blocks_per_request": per_request, "path": "in place (CPU tensors)"}
+                 "blocks_per_request": per_request, "device": a.device,
+                 "path": {"cpu": "in place (CPU tensors)",
+                          "cuda": f"the store's GPU path ({bench.gpu.info().get('mode')})"
+                          if bench.gpu is not None else "",
+                          "fake": "the store's GPU path on the fake device"}[a.device]}
     mismatches = 0
     first = 0
     for medium in a.media:
@@ -217,10 +298,10 @@ def run(a: argparse.Namespace, ssd_dir: str) -> Dict:
     # One large request from SSD (the medium a large session lives on): its first layer through
     # the connector, and what a synchronous load holds of the step against an asynchronous one.
     blocks = list(range(first, first + big))
-    keys = [f"bench/first/{b}" for b in blocks]
+    keys = [f"bench/{a.run_id}/first/{b}" for b in blocks]
     want = bench.fill(blocks, seed=7)
     medium = "ssd" if "ssd" in a.media else "dram"
-    bench.put(keys, blocks, medium)
+    bench.put(keys, blocks, want, medium)
     bench.clear(blocks)
     sync = bench.connector_load([(keys, blocks)])
     mismatches += bench.mismatches(blocks, want)
@@ -237,7 +318,10 @@ def run(a: argparse.Namespace, ssd_dir: str) -> Dict:
     })
     ratios = [out[m]["connector_vs_store"] for m in a.media]
     out["connector_vs_store"] = min(ratios)
-    out["mismatches"] = mismatches
+    out["mismatches"] = mismatches + bench.layer_mismatches
+    out["layer_mismatches"] = bench.layer_mismatches
+    if bench.gpu is not None:
+        out["gpu_path"] = {k: v for k, v in bench.gpu.info().items() if k != "stream"}
     bench.conn.shutdown()
     return out
 

@@ -122,6 +122,14 @@ def test_bench_vllm_json_and_bad_input(tmp_path):
     assert 0 < j["first_layer_ms"] <= j["sync_load_ms"]
     assert j["first_layer_bytes"] == 8 << 20 and j["first_layer_medium"] == "ssd"
     assert 0 < j["step_ms_async"] and 0 < j["step_ms_sync"] and j["async_load_ms"] > 0
+    # The GPU-path variant (--device cuda on a GPU) on the fake device: the connector and the
+    # store's side both through GpuPath, every byte compared. The pool of the run above is
+    # reused: the bench's keys are its own.
+    f = last_json(run("bench", "vllm", "--bytes", "8M", "--first-layer-bytes", "8M", "--reps",
+                      "1", "--layers", "4", "--ssd-dir", str(tmp_path), "--device", "fake",
+                      "--json"))
+    assert f["mismatches"] == 0 and f["device"] == "fake" and f["gpu_path"]["mode"] == "fake"
+    assert f["dram"]["connector_vs_store"] > 0 and f["ssd"]["connector_vs_store"] > 0
     bad = run("bench", "vllm", "--media", "tape")
     assert bad.returncode == 2 and "--media" in bad.stderr
     assert run("bench", "vllm", "--reps", "0").returncode == 2
