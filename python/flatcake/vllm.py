@@ -53,12 +53,14 @@ copies on the current stream: a restore lands in the buffer and ``wait_for_layer
 that layer to the device; ``save_kv_layer`` copies the layer's blocks out as soon as attention
 has written them. The connector logs at start which path it uses and why.
 
-Keys: ``<namespace><block hash hex><worker suffix>``. The hashes are vLLM's chained prefix-cache
+Keys: ``<namespace><block hash hex>@<format><worker suffix>``. The hashes are vLLM's chained prefix-cache
 block hashes (``request.block_hashes``), so a block's key names its whole prefix and a session's
 chain joins its scope (each write passes the key before it as ``prefix_tail``). The namespace
 defaults to ``<model>/``. The worker suffix is ``_tp<rank>of<size>`` for MHA (each TP rank holds
 other heads) and nothing for MLA (the latent cache is the same on every TP rank), plus
-``_pp<rank>of<size>`` under pipeline parallelism. Writes carry the request id as the session (or
+``_pp<rank>of<size>`` under pipeline parallelism. The format (``_group_format``) names what the
+block's bytes mean (model, packing, block size, dtype, heads, their order, TP split), so a block
+written under another interpretation is a miss, never scrambled KV. Writes carry the request id as the session (or
 ``kv_transfer_params["flatcake_session"]``) and ``kv_transfer_params["flatcake_turn"]`` as the
 turn.
 
@@ -77,8 +79,10 @@ attention (Mamba state) are refused at start.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import re
 import time
 from collections import OrderedDict
@@ -388,6 +392,7 @@ class _Group:
     layer_names: List[str]
     block_size: int
     sliding_window: Optional[int] = None
+    spec: Any = None  # vLLM's KV cache spec (None: a vLLM without kv_cache_config)
 
 
 # KV cache specs FlatCake serves (by class name, so that subclasses such as MLA's count): paged
@@ -417,8 +422,50 @@ def _groups_of(kv_cache_config: Any, block_size: int) -> List[_Group]:
                 f"groups only")
         window = getattr(spec, "sliding_window", None) if "SlidingWindowSpec" in kinds else None
         groups.append(_Group(list(g.layer_names), int(spec.block_size),
-                             int(window) if window else None))
+                             int(window) if window else None, spec))
     return groups
+
+
+def _config_cell_order(vllm_config: Any, kv_cache_config: Any) -> str:
+    """Within a block of one layer, whether tokens lead heads in memory ("NH": LBNHC, BLNHC,
+    NHD, vLLM's default) or heads lead tokens ("HN": LBHNC, BLHNC, HND), as the configuration
+    says: the resolved layout (vLLM since its layout standardization), else
+    VLLM_KV_CACHE_LAYOUT (before it)."""
+    name = (getattr(kv_cache_config, "kv_cache_layout", None) or
+            getattr(getattr(vllm_config, "cache_config", None), "kv_cache_layout", None) or
+            os.environ.get("VLLM_KV_CACHE_LAYOUT") or "NHD")
+    name = {"NHD": "LBNHC", "HND": "LBHNC"}.get(str(name), str(name))
+    if "H" not in name or "N" not in name:
+        raise ValueError(f"FlatCakeConnector: unknown KV cache layout {name!r}")
+    return "HN" if name.index("H") < name.index("N") else "NH"
+
+
+def _tensor_cell_order(t: torch.Tensor) -> str:
+    """_config_cell_order's answer for a registered KV cache tensor, from its strides; "" when
+    a block has one head (MLA, or one KV head per rank), where the order is moot."""
+    if t.dim() == 4:
+        h, n = 1, 2  # [num_blocks, heads, block_size, C]
+    elif t.dim() == 5:
+        n, h = 2, 3  # [2, num_blocks, block_size, heads, D] and FlashInfer's
+    else:
+        return ""
+    if t.shape[h] == 1:
+        return ""
+    return "HN" if t.stride(h) > t.stride(n) else "NH"
+
+
+def _group_format(group: _Group, *, model: str, mla: bool, tp_size: int, order: str,
+                  packed: bool, cache_dtype: Any) -> str:
+    """What a group's block bytes mean, as 8 hex digits in its keys: the model, whether K and V
+    are packed in one plane (vLLM since its layout standardization) or two, the block size,
+    the dtype, the heads and head sizes of a rank, their order in memory (MHA) and the TP size
+    that split them (MHA; MLA's latent cache is the same on every rank). A block written under
+    another interpretation has other keys, so it is a miss, never scrambled KV."""
+    spec = group.spec
+    fields = [model, mla, packed, group.block_size, str(getattr(spec, "dtype", cache_dtype)),
+              getattr(spec, "num_kv_heads", None), getattr(spec, "head_size", None),
+              getattr(spec, "head_size_v", None), "" if mla else order, 1 if mla else tp_size]
+    return hashlib.sha1(json.dumps(fields, default=str).encode()).hexdigest()[:8]
 
 
 def _block_sizes(vllm_config: Any, kv_cache_config: Any) -> Tuple[int, int]:
@@ -641,15 +688,23 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
                                  f"{self._block_size} or is no multiple of the hash block of "
                                  f"{hash_block_size}")
         self._group_hashes = [g.block_size // hash_block_size for g in self._groups]
-        # A group's keys carry "_g<idx>" when there is more than one group.
-        self._group_suffix = ([""] if len(self._groups) == 1 else
-                              [f"_g{i}" for i in range(len(self._groups))])
         model_config = getattr(vllm_config, "model_config", None)
         self._model = str(getattr(model_config, "model", "") or "")
         self._mla = bool(getattr(model_config, "use_mla", False))
         parallel = vllm_config.parallel_config
         self._tp_size = int(getattr(parallel, "tensor_parallel_size", 1) or 1)
         self._pp_size = int(getattr(parallel, "pipeline_parallel_size", 1) or 1)
+        # A group's keys carry "@<format>" (what its bytes mean: _group_format) and "_g<idx>"
+        # when there is more than one group.
+        self._cell_order = _config_cell_order(vllm_config, kv_cache_config)
+        packed = bool(getattr(kv_cache_config, "kv_cache_layout", None) or getattr(
+            getattr(vllm_config, "cache_config", None), "kv_cache_layout", None))
+        cache_dtype = getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", "auto")
+        self._group_suffix = []
+        for i, g in enumerate(self._groups):
+            fmt = _group_format(g, model=self._model, mla=self._mla, tp_size=self._tp_size,
+                                order=self._cell_order, packed=packed, cache_dtype=cache_dtype)
+            self._group_suffix.append(f"@{fmt}" + (f"_g{i}" if len(self._groups) > 1 else ""))
         self._parse_options(dict(self._kv_transfer_config.kv_connector_extra_config or {}))
         kv = self._kv_transfer_config
         role_name = getattr(kv, "kv_role", None)
@@ -1140,6 +1195,15 @@ class FlatCakeConnector(KVConnectorBase_V1, SupportsHMA):
                                  f"{first.dtype} on {first.device}: FlatCake needs uniform layers"
                                  f"{f' within a KV cache group (group {gi})' if gi else ''}")
             views.append(_paged_bytes(t, self._mla, self._groups[gi].block_size))
+        order = _tensor_cell_order(first)
+        if order and order != self._cell_order:
+            raise ValueError(
+                f"FlatCakeConnector: layer {names[0]}'s KV cache puts "
+                f"{'heads before tokens' if order == 'HN' else 'tokens before heads'} in a block, "
+                f"but the configuration says {self._cell_order} (kv_cache_layout, or "
+                f"VLLM_KV_CACHE_LAYOUT before vLLM's layout standardization): keys name the "
+                f"configured order, so blocks would be read back scrambled. Set the layout the "
+                f"attention backend uses")
         planes, num_blocks, slice_bytes = views[0].shape
         layout = flatcake.KvLayout(len(names), planes, slice_bytes)
         layout.validate()

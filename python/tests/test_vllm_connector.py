@@ -319,7 +319,8 @@ def test_two_ranks_through_the_daemon(daemon, shape):
     assert a.mismatches == []
     w0, w1 = (w.connector for w in a.workers)
     assert (w0._suffix, w1._suffix) == (("", "") if is_mla(shape) else ("_tp0of2", "_tp1of2"))
-    keys = [w0._namespace + h.hex() for h in a._reqs["a"].block_hashes[:4]]
+    keys = a.connector._block_keys(a._reqs["a"], 4)  # namespace, hash, the group's format
+    assert keys[0] == w0._namespace + a._reqs["a"].block_hashes[0].hex() + w0._group_suffix[0]
     layout = w0._layout
     blocks = []
     for w in (w0, w1):
@@ -336,7 +337,7 @@ def test_two_ranks_through_the_daemon(daemon, shape):
         # Blocks that only rank 0 holds: the scheduler offers nothing, since rank 1 lacks them.
         q = prompt(80, seed=12)
         req = b.add("q", q, max_tokens=1)
-        ks = [w0._namespace + h.hex() + "_tp0of2" for h in req.block_hashes[:2]]
+        ks = [k + "_tp0of2" for k in b.connector._block_keys(req, 2)]
         w0._store.put(ks, layout, torch.zeros(2 * layout.block_bytes, dtype=torch.uint8))
         b.run()
         assert b.scheduler.admissions[-1] == ("q", 0, 0)
@@ -382,3 +383,49 @@ def test_bad_configuration_fails_at_startup_with_a_clear_error():
     with pytest.raises(ValueError, match="MLA layer"):
         mla.register_kv_caches({"model.layers.0.attn": paged_cache("mha", 8, 16, 2, 16)})
     mla.shutdown()
+
+
+# Every pair of KV cache forms (vllm_util's shapes): blocks written under one and read under
+# another are served only where their bytes mean the same (the same order of heads and tokens in
+# a block, K and V packed or not), and are a miss elsewhere: never scrambled KV.
+_FORMS = ("LBNHC", "LBHNC", "BLNHC", "mha", "mha_hnd", "mla", "mla_LBNHC")
+_SAME_BYTES = {("LBNHC", "BLNHC"), ("BLNHC", "LBNHC")}
+
+
+@pytest.mark.parametrize("written", _FORMS)
+def test_blocks_of_another_kv_layout_are_a_miss_never_scrambled(written):
+    p = prompt(64, seed=61)
+    for read in _FORMS:
+        if is_mla(read) != is_mla(written):
+            continue  # another model altogether
+        a = Engine(DRAM, shape=written)
+        a.serve("a", p, max_tokens=2)
+        b = Engine(DRAM, shape=read)
+        b.serve("b", p, max_tokens=2)
+        hit = read == written or (written, read) in _SAME_BYTES
+        assert b.scheduler.admissions == [("b", 0, 48 if hit else 0)], (written, read)
+        assert a.mismatches == [] and b.mismatches == [], (written, read)
+        a.close()
+        b.close()
+
+
+def test_another_model_or_tp_size_is_another_format_and_a_worker_against_its_config_fails(
+        monkeypatch):
+    p = prompt(64, seed=62)
+    a = Engine(DRAM, shape="LBNHC")
+    a.serve("a", p, max_tokens=2)
+    b = Engine(dict(DRAM, namespace="org/test-model/"), shape="LBNHC", model="org/other")
+    b.serve("b", p, max_tokens=2)  # the same namespace, another model: other keys
+    assert b.scheduler.admissions == [("b", 0, 0)] and b.mismatches == []
+    group = a.connector._groups[0]
+    fmt = dict(model="m", mla=False, order="NH", packed=True, cache_dtype="auto")
+    assert fv._group_format(group, tp_size=1, **fmt) != fv._group_format(group, tp_size=2, **fmt)
+    mla = dict(fmt, mla=True)
+    assert fv._group_format(group, tp_size=1, **mla) == fv._group_format(group, tp_size=2, **mla)
+    a.close()
+    b.close()
+    # Workers whose tensors put heads before tokens under a configuration that says tokens lead.
+    monkeypatch.setattr(fv, "_config_cell_order", lambda *args: "NH")
+    for shape in ("LBHNC", "mha_hnd"):
+        with pytest.raises(ValueError, match="heads before tokens"):
+            Engine(DRAM, shape=shape)

@@ -172,11 +172,14 @@ def test_a_group_flatcake_cannot_serve_is_refused_at_start():
 
 
 def test_one_group_keeps_its_keys():
-    """Without a second group the keys are what they were: namespace, hash, worker suffix."""
+    """Without a second group the keys are namespace, hash, the group's format (no "_g<i>"),
+    worker suffix."""
     e = Engine(DRAM)
     e.serve("r", prompt(40, seed=3), max_tokens=2)
     req = e._reqs["r"]
     keys = e.connector._block_keys(req, 2)
-    assert keys == ["org/test-model/" + h.hex() for h in req.block_hashes[:2]]
+    fmt = e.connector._group_suffix[0]
+    assert len(fmt) == 9 and fmt.startswith("@")
+    assert keys == ["org/test-model/" + h.hex() + fmt for h in req.block_hashes[:2]]
     assert leading(e, keys) == 2 and e.workers[0].connector._suffix == "_tp0of1"
     e.close()

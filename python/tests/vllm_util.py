@@ -24,6 +24,7 @@ KV cache forms (`shape`), as vLLM hands them to register_kv_caches:
 
 import dataclasses
 import hashlib
+import os
 from typing import Optional
 
 import pytest
@@ -213,7 +214,11 @@ class FakeWorker(KVConnectorModelRunnerMixin):
             self.kv_caches.update(caches)
             self.kv_cache_tensors += tensors
         self.slot_bytes = slot(self.kv_caches[self.layer_names[0]], shape, 0, 0, 0).numel()
-        self.connector.register_kv_caches(self.kv_caches)
+        try:
+            self.connector.register_kv_caches(self.kv_caches)
+        except Exception:
+            self.connector.shutdown()  # as vLLM's worker process ends, its store goes
+            raise
         self.connector.set_host_xfer_buffer_ops(copy_kv_blocks)
         if staged:  # the CUDA path's copies, on CPU tensors
             self.connector.TEST_stage_through_host()
@@ -337,6 +342,30 @@ class Engine:
                  num_layers=4, role="kv_both", model="org/test-model", prefix_caching=True,
                  max_batched_tokens=2048, staged=False, load_failure_policy="fail", hma=False,
                  v2=False, kv_transfer=None, model_shape: Optional[ModelShape] = None):
+        # Before vLLM's layout standardization, HND was chosen with VLLM_KV_CACHE_LAYOUT (which
+        # the connector reads to name the byte order in its keys): set while the engine starts.
+        saved = os.environ.get("VLLM_KV_CACHE_LAYOUT")
+        if shape == "mha_hnd":
+            os.environ["VLLM_KV_CACHE_LAYOUT"] = "HND"
+        self.workers = []
+        self.connector = None
+        try:
+            self._start(extra_config, shape, tp, num_blocks, block_size, num_layers, role, model,
+                        prefix_caching, max_batched_tokens, staged, load_failure_policy, hma, v2,
+                        kv_transfer, model_shape)
+        except Exception:
+            self.close()  # what started goes, as the engine's processes would
+            raise
+        finally:
+            if shape == "mha_hnd":
+                if saved is None:
+                    del os.environ["VLLM_KV_CACHE_LAYOUT"]
+                else:
+                    os.environ["VLLM_KV_CACHE_LAYOUT"] = saved
+
+    def _start(self, extra_config, shape, tp, num_blocks, block_size, num_layers, role, model,
+               prefix_caching, max_batched_tokens, staged, load_failure_policy, hma, v2,
+               kv_transfer, model_shape):
         self.model_shape = model_shape or ModelShape(num_layers=num_layers)
         layout = layout_of(shape)
         self.config = vllm_config(extra_config, role=role, mla=is_mla(shape),
@@ -398,7 +427,8 @@ class Engine:
     def close(self):
         for w in self.workers:
             w.connector.shutdown()
-        self.connector.shutdown()
+        if self.connector is not None:
+            self.connector.shutdown()
 
 
 def prompt(n, seed=0, vocab=5000):
