@@ -25,8 +25,14 @@ bytes per token per layer of one plane).
 The copy-based get/set interface moves flat pages (``get_data_page``), which in every layout are
 the plane-major concatenation of the same slices, so both interfaces read each other's data.
 
-Keys: SGLang names pages by 64-hex chained hashes. A block's store key is the page hash with the
-worker suffix SGLang's own backends use: ``<hash>_<tp_rank>`` for MHA (each rank holds different
+Keys: SGLang names pages by 64-hex chained hashes. A block's store key is the page hash, the
+page's format ``@<order><8 hex>`` and the worker suffix SGLang's own backends use. The format
+names what the bytes mean: the order is ``t`` for page_first (token-major) and ``l`` for
+page_first_direct and layer_first (layer-major, the same bytes in the same order); the hex digits
+hash the model, KV dtype, page size, block shape, MLA or MHA and (MHA) the TP size and head
+split. A page stored under another format is a miss, except one of the other order with the same
+digits (a server restarted with another --hicache-mem-layout): the same bytes permuted, which a
+read converts into this layout's order. The worker suffix: ``<hash>_<tp_rank>`` for MHA (each rank holds different
 heads), ``<hash>`` for MLA (the latent cache is identical on every rank, so ranks share it), plus
 ``_pp<rank>`` under pipeline parallelism and ``_cp<rank>`` under attention context parallelism,
 and an optional ``namespace`` prefix.
@@ -51,6 +57,7 @@ laid out flat.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import logging
 import os
@@ -132,7 +139,10 @@ logger = logging.getLogger(__name__)
 SUPPORTED_LAYOUTS = ("page_first", "page_first_direct", "layer_first")
 
 # Keys SGLang's dynamic loader reads from the same extra_config; FlatCake ignores them.
-_LOADER_KEYS = ("backend_name", "module_path", "class_name", "interface_v1", "tp_lcm_size")
+# (SGLang's UnifiedRadixCache leaves prefetch_timeout_max in it, unlike HiRadixCache.)
+_LOADER_KEYS = ("backend_name", "module_path", "class_name", "interface_v1", "tp_lcm_size",
+                "prefetch_threshold", "prefetch_timeout_base", "prefetch_timeout_per_ki_token",
+                "prefetch_timeout_max", "hicache_storage_pass_prefix_keys")
 
 # Options of this adapter (everything else in extra_config is a StoreOptions field).
 ADAPTER_OPTIONS: Dict[str, str] = {
@@ -330,6 +340,9 @@ class FlatCakeStorage(HiCacheStorage):
         self._side_lock = threading.Lock()
         self._layout: Optional[flatcake.KvLayout] = None
         self._kind: Optional[str] = None
+        self._order = "l"  # the host layout's byte order (_set_format)
+        self._format = ""  # in every key; set at register_mem_pool_host
+        self._other_format: Optional[str] = None  # the same bytes in the other order
         self._page_size = 0
         self._pool_extent: Tuple[int, int] = (0, 0)
         self._metrics_enabled = bool(_cfg(storage_config, "enable_storage_metrics", False))
@@ -420,6 +433,7 @@ class FlatCakeStorage(HiCacheStorage):
         page_size = int(kv_pool.page_size)
         if getattr(kv_pool, "kv_buffer", True) is None or getattr(kv_pool, "layer_num", 1) == 0:
             super().register_mem_pool_host(mem_pool_host)
+            self._set_format(kv_pool, page_size, "logical", None)
             self._kv_pool, self._logical_kv, self._page_size = kv_pool, True, page_size
             if self._store is None:
                 self._open_store(page_size)
@@ -455,13 +469,35 @@ class FlatCakeStorage(HiCacheStorage):
         layout = flatcake.KvLayout(layers, planes, slice_bytes)
         layout.validate()
         super().register_mem_pool_host(mem_pool_host)
+        self._set_format(kv_pool, page_size, layout_name, layout)
         self._kv_pool, self._logical_kv = kv_pool, False
         self._layout, self._kind, self._page_size = layout, kind, page_size
         self._pool_extent = self._host_extent(kv_pool)
         if self._store is None:
             self._open_store(page_size)
-        logger.info("FlatCake HiCache backend: layout=%s block=%r kind=%s key_suffix=%r store=%s",
-                    layout_name, layout, kind, self._key_suffix, self._store.info())
+        logger.info("FlatCake HiCache backend: layout=%s block=%r kind=%s format=%s "
+                    "key_suffix=%r store=%s", layout_name, layout, kind, self._format,
+                    self._key_suffix, self._store.info())
+
+    def _set_format(self, pool: Any, page_size: int, layout_name: str,
+                    layout: Optional[Any]) -> None:
+        """What a page's bytes mean, in every key: ``@<order><8 hex>``. The hex digits name the
+        model, the KV dtype, the page size, the block shape (layers, planes, bytes per layer:
+        heads and head size), MLA or MHA and, for MHA, the TP size and head split that chose
+        this rank's heads. The order is "t" for page_first (a plane's bytes token-major) and
+        "l" for page_first_direct and layer_first (layer-major: the same bytes in the same
+        order). A page of another format is a miss, except one of the other order and the same
+        hex digits: the same bytes permuted, which reads convert (_get_reordered)."""
+        device_pool = getattr(pool, "device_pool", None)
+        dtype = getattr(device_pool, "dtype", None) or getattr(pool, "dtype", None)
+        split = bool(_cfg(self.storage_config, "should_split_heads", False))
+        fields = [str(_cfg(self.storage_config, "model_name", "") or ""), self.is_mla, str(dtype),
+                  page_size, repr(layout), 1 if self.is_mla else self.tp_size, split]
+        digest = hashlib.sha1(json.dumps(fields).encode()).hexdigest()[:8]
+        self._order = "t" if layout_name == "page_first" else "l"
+        self._format = f"{self._order}{digest}"
+        self._other_format = (None if layout is None else
+                              f"{'l' if self._order == 't' else 't'}{digest}")
 
     @staticmethod
     def _host_extent(pool: Any) -> Tuple[int, int]:
@@ -486,10 +522,10 @@ class FlatCakeStorage(HiCacheStorage):
             raise RuntimeError(f"FlatCakeStorage.{op}: no host pool registered; SGLang calls "
                                "register_mem_pool_host() first")
 
-    def _store_key(self, page_hash: str) -> str:
+    def _store_key(self, page_hash: str, fmt: Optional[str] = None) -> str:
         if not isinstance(page_hash, str):
             raise TypeError(f"FlatCakeStorage: page keys must be str, got {type(page_hash).__name__}")
-        return f"{self.namespace}{page_hash}{self._key_suffix}"
+        return f"{self.namespace}{page_hash}@{fmt or self._format}{self._key_suffix}"
 
     def _hints(self, extra_info: Optional[HiCacheStorageExtraInfo]) -> dict:
         hints: Dict[str, Any] = {"force_medium": self.force_medium}
@@ -574,12 +610,59 @@ class FlatCakeStorage(HiCacheStorage):
         start = time.perf_counter()
         try:
             result = self._restore(store_keys, ptrs, self._kind)
+            found = [bool(f) for f in result.found]
+            hits = result.hits
+            if not all(found):  # stored under the other host layout: the same bytes permuted
+                per = len(ptrs) // len(keys)
+                missing = [i for i, f in enumerate(found) if not f]
+                planes = self._get_reordered([keys[i] for i in missing])
+                for j, i in enumerate(missing):
+                    if planes[j] is not None:
+                        self._write_page(planes[j], ptrs[i * per:(i + 1) * per])
+                        found[i] = True
+                        hits += 1
         except (flatcake.Error, ValueError) as e:
             logger.warning("FlatCake: loading %d pages failed: %s", len(keys), e)
             return [False] * len(keys)
-        self._record("prefetch", result.hits, result.hits * self._layout.block_bytes,
+        self._record("prefetch", hits, hits * self._layout.block_bytes,
                      time.perf_counter() - start)
-        return [bool(f) for f in result.found]
+        return found
+
+    def _get_reordered(self, keys: List[str]) -> List[Optional[torch.Tensor]]:
+        """Pages stored under the other byte order of the same format (a server restarted with
+        another --hicache-mem-layout), read and converted to this host layout's order: per key,
+        its planes as a uint8 tensor [planes, layers * slice_bytes], or None when absent."""
+        if self._other_format is None or not keys:
+            return [None] * len(keys)
+        layout = self._layout
+        n, planes_n = len(keys), layout.num_planes
+        plane_bytes = layout.num_layers * layout.slice_bytes
+        staging = torch.empty((n, planes_n, plane_bytes), dtype=torch.uint8)
+        other = [self._store_key(k, self._other_format) for k in keys]
+        result = self._restore(other, [staging[i].data_ptr() for i in range(n)],
+                               "block_plane_major")
+        if not result.hits:
+            return [None] * n
+        # A plane of the stored order, (page_size, layers, cell) token-major or (layers,
+        # page_size, cell) layer-major, becomes the other by swapping its two outer axes.
+        ps, layers = self._page_size, layout.num_layers
+        cell = plane_bytes // (ps * layers)
+        outer = (layers, ps) if self._order == "t" else (ps, layers)
+        converted = staging.view(n, planes_n, *outer, cell).transpose(2, 3).contiguous()
+        converted = converted.view(n, planes_n, plane_bytes)
+        return [converted[i] if f else None for i, f in enumerate(result.found)]
+
+    def _write_page(self, planes: torch.Tensor, ptrs: List[int]) -> None:
+        """One page's planes ([planes, layers * slice_bytes], this layout's order) into its host
+        buffers: one per plane (plane pointers) or one per (layer, plane) (layer_first)."""
+        if self._kind == "plane_pointers":
+            for p, dst in enumerate(ptrs):
+                ctypes.memmove(dst, planes[p].data_ptr(), planes.shape[1])
+            return
+        slice_bytes, planes_n = self._layout.slice_bytes, self._layout.num_planes
+        for idx, dst in enumerate(ptrs):  # [(layer * planes) + plane]
+            layer, p = divmod(idx, planes_n)
+            ctypes.memmove(dst, planes[p].data_ptr() + layer * slice_bytes, slice_bytes)
 
     def _restore(self, store_keys: List[str], ptrs: List[int], kind: str,
                  layout: Optional[Any] = None) -> flatcake.GetResult:
@@ -605,7 +688,12 @@ class FlatCakeStorage(HiCacheStorage):
         hits are counted by batch_exists_v2 from the auxiliary pools)."""
         if self._store is None or self._logical_kv:
             return 0  # nothing can have been stored before the pool was registered
-        return self._store.exists([self._store_key(k) for k in keys])
+        keys = list(keys)
+        n = self._store.exists([self._store_key(k) for k in keys])
+        if n < len(keys) and self._other_format is not None:
+            # The rest stored under the other host layout: batch_get_v1 converts them.
+            n += self._store.exists([self._store_key(k, self._other_format) for k in keys[n:]])
+        return n
 
     def exists(self, key: str) -> bool:
         return self.batch_exists([key]) == 1
@@ -656,7 +744,7 @@ class FlatCakeStorage(HiCacheStorage):
         if not isinstance(page_hash, str):
             raise TypeError(f"FlatCakeStorage: page keys must be str, got {type(page_hash).__name__}")
         suffix = self._shared_suffix if side.shared else self._rank_suffix
-        return f"{self.namespace}{page_hash}:{side.name}{suffix}"
+        return f"{self.namespace}{page_hash}:{side.name}@{self._format}{suffix}"
 
     def batch_exists_v2(self, keys: List[str], pool_transfers: Optional[List[Any]] = None,
                         extra_info: Optional[HiCacheStorageExtraInfo] = None) -> Any:
@@ -880,14 +968,20 @@ class FlatCakeStorage(HiCacheStorage):
         layout, kind = self._copy_layout("batch_get", keys, target_locations)
         buffers = self._flat_buffers(len(keys), None, target_locations, target_sizes,
                                      "batch_get", layout)
+        addrs = [b.data_ptr() if isinstance(b, torch.Tensor) else b for b in buffers]
         try:
-            result = self._restore([self._store_key(k) for k in keys],
-                                   [b.data_ptr() if isinstance(b, torch.Tensor) else b
-                                    for b in buffers], kind, layout)
+            result = self._restore([self._store_key(k) for k in keys], addrs, kind, layout)
+            found = [bool(f) for f in result.found]
+            if layout is self._layout and not all(found):  # target pages: the other order
+                missing = [i for i, f in enumerate(found) if not f]
+                for i, planes in zip(missing, self._get_reordered([keys[i] for i in missing])):
+                    if planes is not None:  # a flat page: its planes back to back
+                        ctypes.memmove(addrs[i], planes.data_ptr(), layout.block_bytes)
+                        found[i] = True
         except (flatcake.Error, ValueError) as e:
             logger.warning("FlatCake: loading %d pages failed: %s", len(keys), e)
             return [None] * len(keys)
-        return [b if f else None for b, f in zip(buffers, result.found)]
+        return [b if f else None for b, f in zip(buffers, found)]
 
     def get(self, key: str, target_location: Optional[Any] = None,
             target_sizes: Optional[Any] = None) -> Optional[Any]:

@@ -127,5 +127,19 @@ class EmulatedHostPool:
                            * self.head_dim, dtype=self.dtype)
 
     def page_bytes(self, page: int) -> bytes:
-        """Every byte of one page, in a layout-independent order (for comparisons)."""
+        """Every byte of one page as its flat page holds them: in this layout's order (page_first
+        is token-major, the others layer-major); logical_page compares across layouts."""
         return self.get_data_page(page * self.page_size).contiguous().view(torch.uint8).numpy().tobytes()
+
+    def logical_page(self, page: int) -> bytes:
+        """Every byte of one page in one order for every layout: (plane, layer, token, head,
+        dim), so that pages of pools of different layouts compare."""
+        kv = self.kv_buffer.unsqueeze(0) if self.is_mla else self.kv_buffer  # a plane axis
+        sl = slice(page * self.page_size, (page + 1) * self.page_size)
+        if self.layout == "layer_first":
+            view = kv[:, :, sl]
+        elif self.layout == "page_first":
+            view = kv[:, sl].transpose(1, 2)
+        else:
+            view = kv[:, page]
+        return view.contiguous().view(torch.uint8).numpy().tobytes()

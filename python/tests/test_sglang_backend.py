@@ -227,7 +227,9 @@ def test_extra_config_options_reach_the_store(ssd_dir):
     keys = page_hashes(2)
     assert all(b.batch_set_v1(keys, pool.page_indices([0, 1])))
     assert b.store_stats()["dram"]["blocks_live"] == 2  # force_medium honoured
-    assert b._store.exists(["modelA/" + keys[0] + "_0"]) == 1  # namespace + rank suffix
+    # namespace + hash + the page's format (the layer-major order, 8 hex) + rank suffix
+    assert b._format.startswith("l") and len(b._format) == 9
+    assert b._store.exists(["modelA/" + keys[0] + "@" + b._format + "_0"]) == 1
     b.close()
 
 
