@@ -63,6 +63,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -116,6 +117,10 @@ _RANK_SHARED_POOLS = frozenset((
 # Auxiliary-pool pages are grouped into store sessions of about this many bytes, in write order:
 # a few large scopes per pool rather than one per call, reclaimed oldest first like any other.
 SIDE_SESSION_BYTES = 64 << 20
+
+# Keys remembered for placement (pages looked up but not stored; ends of chains written): the
+# newest this many of each. A burst of requests sharing a prompt looks it up within seconds.
+SIGNAL_KEYS = 1 << 16
 
 # Per-call figures kept between two get_stats() calls, per list; the oldest go first. SGLang asks
 # once per scheduler step, so this only bounds a caller that records but never asks.
@@ -345,6 +350,10 @@ class FlatCakeStorage(HiCacheStorage):
         self._other_format: Optional[str] = None  # the same bytes in the other order
         self._page_size = 0
         self._pool_extent: Tuple[int, int] = (0, 0)
+        # Placement signals (_placed_runs): lookups of pages not yet stored, and chain ends.
+        self._signals_lock = threading.Lock()
+        self._looked_up: "OrderedDict[str, int]" = OrderedDict()
+        self._chain_tails: "OrderedDict[str, None]" = OrderedDict()
         self._metrics_enabled = bool(_cfg(storage_config, "enable_storage_metrics", False))
         self._metrics_lock = threading.Lock()
         self._metrics = StorageMetrics()
@@ -527,13 +536,61 @@ class FlatCakeStorage(HiCacheStorage):
             raise TypeError(f"FlatCakeStorage: page keys must be str, got {type(page_hash).__name__}")
         return f"{self.namespace}{page_hash}@{fmt or self._format}{self._key_suffix}"
 
-    def _hints(self, extra_info: Optional[HiCacheStorageExtraInfo]) -> dict:
-        hints: Dict[str, Any] = {"force_medium": self.force_medium}
+    def _placed_runs(self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo]
+                     ) -> List[Tuple[int, int, dict]]:
+        """The puts of a batch of pages, [(first, end, hints)], with the placement signals the
+        HiCache storage interface carries (docs/sglang.md, "Where pages go"):
+
+        - leading pages that two or more requests looked up (batch_exists) before they were
+          stored are a prefix those requests share (a system prompt in a burst): the store's
+          shared prefix, DRAM (paper Table 2);
+        - the rest of a batch that continues a chain this backend wrote to its end (the last
+          prefix key ended an earlier write: the next turn of a conversation) is a later turn,
+          its new tokens standing in for the prior reply's length: short turns go to DRAM, long
+          ones and long contexts (l_agent_tokens) to SSD;
+        - anything else (a chain head, a branch off a shared prefix: a request of its own) is a
+          first turn: SSD.
+        Without prefix keys (``hicache_storage_pass_prefix_keys`` off) only the first rule
+        applies: chains are unknown."""
+        ps = self._page_size
         prefix = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
-        if prefix:
-            hints["prefix_tail"] = self._store_key(prefix[-1])
-            hints["context_tokens"] = len(prefix) * self._page_size
-        return hints
+        tail = self._store_key(prefix[-1]) if prefix else None
+        context = len(prefix) * ps if prefix else 0
+        store_keys = [self._store_key(k) for k in keys]
+        with self._signals_lock:
+            shared = 0
+            while shared < len(keys) and self._looked_up.get(store_keys[shared], 0) >= 2:
+                shared += 1
+            continues = tail is not None and tail in self._chain_tails
+            for k in store_keys:
+                self._looked_up.pop(k, None)
+            if tail is not None:
+                self._chain_tails.pop(tail, None)
+            self._chain_tails[store_keys[-1]] = None
+            while len(self._chain_tails) > SIGNAL_KEYS:
+                self._chain_tails.popitem(last=False)
+        base = {"force_medium": self.force_medium}
+        runs = []
+        if shared:
+            runs.append((0, shared, dict(base, shared_prefix=True, prefix_tail=tail,
+                                         context_tokens=context)))
+            tail, context = store_keys[shared - 1], context + shared * ps
+        if shared < len(keys):
+            rest = (len(keys) - shared) * ps
+            turn = {"turn": 2, "prior_reply_tokens": rest} if continues else {"turn": 1}
+            runs.append((shared, len(keys), dict(base, prefix_tail=tail, context_tokens=context,
+                                                 **turn)))
+        return runs
+
+    def _note_lookups(self, store_keys: List[str]) -> None:
+        """Counts a lookup of pages not stored (batch_exists's misses): a page several requests
+        looked for before anyone stored it is shared (_placed_runs)."""
+        with self._signals_lock:
+            for k in store_keys:
+                self._looked_up[k] = self._looked_up.get(k, 0) + 1
+                self._looked_up.move_to_end(k)
+            while len(self._looked_up) > SIGNAL_KEYS:
+                self._looked_up.popitem(last=False)
 
     def _page_buffers(self, keys: List[str], host_indices: Any) -> List[int]:
         """The pool's pointers for the pages at host_indices, checked against the layout."""
@@ -584,14 +641,18 @@ class FlatCakeStorage(HiCacheStorage):
             return self._logical_pages(keys, host_indices)
         ptrs = self._page_buffers(keys, host_indices)
         store_keys = [self._store_key(k) for k in keys]
+        per = len(ptrs) // len(keys)
         start = time.perf_counter()
-        try:
-            result = self._store.put(store_keys, self._layout, ptrs, kind=self._kind,
-                                     **self._hints(extra_info))
-        except (flatcake.Error, ValueError) as e:
-            logger.warning("FlatCake: storing %d pages failed: %s", len(keys), e)
-            return [False] * len(keys)
-        self._record("backup", result.written, result.written * self._layout.block_bytes,
+        written = 0
+        for first, end, hints in self._placed_runs(keys, extra_info):
+            try:
+                result = self._store.put(store_keys[first:end], self._layout,
+                                         ptrs[first * per:end * per], kind=self._kind, **hints)
+            except (flatcake.Error, ValueError) as e:
+                logger.warning("FlatCake: storing %d pages failed: %s", end - first, e)
+                return [True] * first + [False] * (len(keys) - first)
+            written += result.written
+        self._record("backup", written, written * self._layout.block_bytes,
                      time.perf_counter() - start)
         return [True] * len(keys)
 
@@ -689,10 +750,13 @@ class FlatCakeStorage(HiCacheStorage):
         if self._store is None or self._logical_kv:
             return 0  # nothing can have been stored before the pool was registered
         keys = list(keys)
-        n = self._store.exists([self._store_key(k) for k in keys])
+        store_keys = [self._store_key(k) for k in keys]
+        n = self._store.exists(store_keys)
         if n < len(keys) and self._other_format is not None:
             # The rest stored under the other host layout: batch_get_v1 converts them.
             n += self._store.exists([self._store_key(k, self._other_format) for k in keys[n:]])
+        if n < len(keys):
+            self._note_lookups(store_keys[n:])
         return n
 
     def exists(self, key: str) -> bool:

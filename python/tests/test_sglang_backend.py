@@ -177,23 +177,46 @@ def test_write_once(ssd_dir, layout):
 
 
 def test_prefix_keys_continue_the_session_scope(ssd_dir):
-    def scopes(b):
-        s = b.store_stats()
-        return s["dram"]["scopes_live"] + s["ssd"]["scopes_live"]
+    def scopes(b, medium):
+        return b.store_stats()[medium]["scopes_live"]
 
     pool = small_pool("page_first_direct", False, seed=41)
-    b = backend(ssd_dir, pool, False)
-    keys = page_hashes(8, seed=12)
-    assert all(b.batch_set_v1(keys[:4], pool.page_indices(range(4))))
+    b = backend(ssd_dir, pool, False, extra={"tau_tokens": 128})
+    keys = page_hashes(16, seed=12)
+    assert all(b.batch_set_v1(keys[:4], pool.page_indices(range(4))))  # a chain head: SSD
     info = HiCacheStorageExtraInfo(prefix_keys=keys[:4])
-    assert all(b.batch_set_v1(keys[4:], pool.page_indices(range(4, 8)), info))
-    chained = scopes(b)
+    # It continues the chain's end: a later turn of 64 tokens (< tau): DRAM, the same session.
+    assert all(b.batch_set_v1(keys[4:8], pool.page_indices(range(4, 8)), info))
+    assert (scopes(b, "ssd"), scopes(b, "dram")) == (1, 1)
+    # A long later turn (128 tokens, not < tau) joins the session's SSD scope.
+    info = HiCacheStorageExtraInfo(prefix_keys=keys[:8])
+    assert all(b.batch_set_v1(keys[8:16], pool.page_indices(range(8, 16)), info))
+    assert (scopes(b, "ssd"), scopes(b, "dram")) == (1, 1)
 
     other = page_hashes(8, seed=13)
     assert all(b.batch_set_v1(other[:4], pool.page_indices(range(4))))
     assert all(b.batch_set_v1(other[4:], pool.page_indices(range(4, 8))))  # no prefix given
-    assert chained == 1
-    assert scopes(b) == chained + 2
+    assert (scopes(b, "ssd"), scopes(b, "dram")) == (3, 1)  # two sessions of their own
+    b.close()
+
+
+def test_pages_several_requests_looked_up_before_they_were_stored_go_to_dram(ssd_dir):
+    """A shared prefix in a burst: two requests look the prompt's pages up (misses) before the
+    first stores them; those pages go to DRAM, the rest of its own pages to SSD. A page one
+    request looked up is its own: SSD."""
+    pool = small_pool("page_first", False, seed=42)
+    b = backend(ssd_dir, pool, False)
+    system = page_hashes(3, seed=14)
+    mine = page_hashes(4, seed=15, prior=system[-1])
+    theirs = page_hashes(4, seed=16, prior=system[-1])
+    assert b.batch_exists(system + mine) == 0
+    assert b.batch_exists(system + theirs) == 0
+    assert all(b.batch_set_v1(system + mine, pool.page_indices(range(7))))
+    assert b._store.lookup([b._store_key(k) for k in system]).slowest_medium == "dram"
+    assert b._store.lookup([b._store_key(k) for k in mine]).dram_bytes == 0
+    info = HiCacheStorageExtraInfo(prefix_keys=system)  # a branch off the shared prefix
+    assert all(b.batch_set_v1(theirs, pool.page_indices(range(7, 11)), info))
+    assert b._store.lookup([b._store_key(k) for k in theirs]).dram_bytes == 0
     b.close()
 
 
