@@ -48,10 +48,12 @@ that are the same on every TP rank), in place when the buffers are of one size a
 into one slice when they differ. ``batch_exists_v2`` applies the hit policies (all_pages,
 trailing_pages) to shrink the KV prefix; ``batch_get_v2`` / ``batch_set_v2`` report per pool.
 
-Placement: when SGLang passes ``prefix_keys`` (``"hicache_storage_pass_prefix_keys": true`` in
-the extra config), the last prefix key becomes the write's ``prefix_tail`` and the prefix length
-its ``context_tokens``, so a request's pages join its session's scope and long contexts go to SSD
-laid out flat.
+Placement (paper Table 2, from what the storage interface carries; ``_placed_runs``): pages
+that several requests looked up before anyone stored them are a shared prefix (DRAM); with
+``prefix_keys`` (``"hicache_storage_pass_prefix_keys": true`` in the extra config) the last
+prefix key becomes the write's ``prefix_tail`` and the prefix length its ``context_tokens``, so a
+request's pages join its session's scope, a write continuing a chain's end is a later turn (short
+ones DRAM), and long contexts go to SSD laid out flat; anything else is a first turn (SSD).
 """
 
 from __future__ import annotations

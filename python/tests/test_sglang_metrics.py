@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import flatcake.sglang as fs
+from conftest import flatcake_bin
 from host_pool import EmulatedHostPool
 from sglang_util import load_backend, page_hashes
 
@@ -86,26 +87,36 @@ def test_metrics_off_records_nothing_and_on_is_bounded(ssd_dir):
 
 
 def test_documented_sglang_command_lines_use_only_real_flags():
-    """Every --flag in the README's and docs/sglang.md's SGLang command lines is a ServerArgs
-    field of SGLang 8905cbd (the stand-in lists them), with a valid choice where it has choices."""
+    """Every --flag of the README's and docs/sglang.md's SGLang command lines is a ServerArgs
+    field of SGLang 8905cbd (the stand-in lists them), with a valid choice where it has choices;
+    every --flag of their `flatcake serve` lines is one `flatcake serve --help` lists."""
     import re
     sys.path.insert(0, STANDIN)
     try:
         from sglang.srt import server_args
     finally:
         sys.path.remove(STANDIN)
+    serve_help = subprocess.run([flatcake_bin(), "serve", "--help"], capture_output=True,
+                                text=True, timeout=60).stdout
     root = os.path.dirname(os.path.dirname(HERE))
-    seen = 0
+    seen = served = 0
     for doc in ("README.md", os.path.join("docs", "sglang.md")):
         text = open(os.path.join(root, doc)).read()
         for block in re.findall(r"```bash\n(.*?)```", text, re.S):
-            if "sglang.launch_server" not in block:
-                continue
-            for flag, value in re.findall(r"--([a-z0-9-]+)(?:[ =]([^\s\\]+))?", block):
-                field = flag.replace("-", "_")
-                assert field in server_args.FIELDS, f"{doc}: --{flag} is not an SGLang flag"
-                choices = server_args.FIELDS[field]
-                if choices:
-                    assert value in choices, f"{doc}: --{flag} {value} not in {choices}"
-                seen += 1
-    assert seen >= 7
+            # Commands: lines joined where they end in a backslash.
+            for command in block.replace("\\\n", " ").split("\n"):
+                if "flatcake serve" in command:
+                    for flag in re.findall(r"--([a-z0-9-]+)", command.split("flatcake serve")[1]):
+                        assert f"--{flag}" in serve_help, f"{doc}: flatcake serve --{flag}"
+                        served += 1
+                if "sglang.launch_server" not in command:
+                    continue
+                command = command.split("sglang.launch_server", 1)[1]
+                for flag, value in re.findall(r"--([a-z0-9-]+)(?:[ =]([^\s\\]+))?", command):
+                    field = flag.replace("-", "_")
+                    assert field in server_args.FIELDS, f"{doc}: --{flag} is not an SGLang flag"
+                    choices = server_args.FIELDS[field]
+                    if choices:
+                        assert value in choices, f"{doc}: --{flag} {value} not in {choices}"
+                    seen += 1
+    assert seen >= 14 and served >= 4
