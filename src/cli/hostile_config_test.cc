@@ -14,6 +14,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -224,6 +225,51 @@ TEST_F(HostileConfigTest, FullDiskDuringWritesFailsPutsAndKeepsThePool) {
     published.insert(published.end(), after.begin(), after.end());
   }
   ExpectIntact(fs.path(), published);
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr) << path;
+  ASSERT_EQ(std::fwrite(text.data(), 1, text.size(), f), text.size());
+  std::fclose(f);
+}
+
+// Hostile configuration files: a key of 50,000 dotted parts and a table header 50,000 levels
+// deep (the TOML parser recursed once per level: SIGSEGV), /dev/zero (read without bound), a
+// FIFO nobody writes (the open waited forever), a file over the size limit. Each gets exit 2
+// and a message at once; serve starts nothing.
+TEST_F(HostileConfigTest, HostileConfigFilesAreRefusedAtOnce) {
+  std::string dotted(50000 * 2, '.');
+  for (size_t i = 0; i < dotted.size(); i += 2) dotted[i] = 'a';
+  dotted.back() = ' ';
+  const std::string deep_key = scratch_.File("deep-key.toml");
+  WriteFile(deep_key, dotted + "= 1\n");
+  std::string header = "[";
+  for (int i = 0; i < 50000; ++i) header += i ? ".t" : "t";
+  const std::string deep_table = scratch_.File("deep-table.toml");
+  WriteFile(deep_table, header + "]\n");
+  const std::string nested = scratch_.File("nested.toml");
+  WriteFile(nested, "x = " + std::string(50000, '[') + std::string(50000, ']') + "\n");
+  const std::string big = scratch_.File("big.toml");
+  WriteFile(big, std::string(2 << 20, '#'));
+  const std::string fifo = scratch_.File("fifo.toml");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const struct {
+    std::string path, message;
+  } cases[] = {
+      {deep_key, "nested deeper than 64 levels"},
+      {deep_table, "nested deeper than 64 levels"},
+      {nested, "nested deeper than 64 levels"},
+      {"/dev/zero", "not a regular file"},
+      {fifo, "not a regular file"},
+      {big, "at most 1048576 are read"},
+  };
+  for (const auto& c : cases) {
+    const CommandRun r =
+        Flatcake(scratch_, {"serve", "--socket", scratch_.File("s.sock"), "--config", c.path});
+    EXPECT_EQ(r.status, 2) << c.path << "\n" << r.err;
+    EXPECT_TRUE(Contains(r.out + r.err, c.message)) << c.path << "\n" << r.out << r.err;
+  }
 }
 
 TEST_F(HostileConfigTest, ZeroAndAbsurdSizesGetClearMessages) {

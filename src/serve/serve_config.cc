@@ -1,7 +1,10 @@
 #include "serve/serve_config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <toml++/toml.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -392,7 +395,58 @@ const ServeSettingSpec& ServeSetting(std::string_view key) {
   std::abort();  // REQUIRES: a key of the table
 }
 
+namespace {
+
+// The TOML parser recurses once per dotted key part, table header level and nested array or
+// inline table: a hostile file of 50,000 of them overflows the stack. Lines with more dots, and
+// nesting deeper than this, are refused before parsing (no real configuration comes close).
+constexpr int kMaxTomlDepth = 64;
+
+Status CheckTomlDepth(std::string_view toml, std::string_view source) {
+  int line = 1, dots = 0, depth = 0;
+  char quote = 0;        // inside a string opened by this character
+  bool comment = false;  // from # to the end of the line
+  for (size_t i = 0; i < toml.size(); ++i) {
+    const char c = toml[i];
+    if (c == '\n') {
+      ++line;
+      dots = 0;
+      comment = false;
+      continue;
+    }
+    if (comment) continue;
+    if (quote != 0) {
+      if (c == '\\' && quote == '"') {
+        ++i;  // an escaped character
+      } else if (c == quote) {
+        quote = 0;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+      case '\'': quote = c; break;
+      case '#': comment = true; break;
+      case '.': ++dots; break;
+      case '[':
+      case '{': ++depth; break;
+      case ']':
+      case '}': --depth; break;
+      default: break;
+    }
+    if (dots > kMaxTomlDepth || depth > kMaxTomlDepth) {
+      return Status::InvalidArgument(std::string(source) + ":" + std::to_string(line) +
+                                     ": keys or tables nested deeper than " +
+                                     std::to_string(kMaxTomlDepth) + " levels");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<ServeConfig> ParseServeConfig(std::string_view toml, std::string_view source) {
+  FC_RETURN_IF_ERROR(CheckTomlDepth(toml, source));
   toml::table doc;
   try {
     doc = toml::parse(toml, source);
@@ -408,20 +462,49 @@ Result<ServeConfig> ParseServeConfig(std::string_view toml, std::string_view sou
 }
 
 Result<ServeConfig> LoadServeConfig(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return Status::InvalidArgument("config file " + path + " is a directory");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  // O_NONBLOCK: a FIFO without a writer must not hang the open. Only a regular file of at most
+  // kMaxServeConfigBytes is read (not /dev/zero, not a FIFO, not a directory).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) return Status::NotFound("no config file " + path);
     return Status::IOError("cannot read config file " + path + ": " + std::strerror(err));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return Status::IOError("cannot read config file " + path);
-  return ParseServeConfig(text.str(), path);
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return Status::IOError("cannot stat config file " + path + ": " + std::strerror(errno));
+  }
+  if (S_ISDIR(st.st_mode))
+    return Status::InvalidArgument("config file " + path + " is a directory");
+  if (!S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument("config file " + path +
+                                   " is not a regular file (a FIFO, socket or device)");
+  }
+  if (static_cast<uint64_t>(st.st_size) > kMaxServeConfigBytes) {
+    return Status::InvalidArgument("config file " + path + " has " + std::to_string(st.st_size) +
+                                   " bytes; at most " + std::to_string(kMaxServeConfigBytes) +
+                                   " are read");
+  }
+  std::string text(kMaxServeConfigBytes + 1, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return Status::IOError("cannot read config file " + path + ": " + std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got > kMaxServeConfigBytes) {  // it grew while read
+    return Status::InvalidArgument("config file " + path + " exceeds " +
+                                   std::to_string(kMaxServeConfigBytes) + " bytes");
+  }
+  text.resize(got);
+  return ParseServeConfig(text, path);
 }
 
 Status ApplyOverrides(const ServeOverrides& overrides, ServeConfig* config) {

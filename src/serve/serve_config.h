@@ -84,9 +84,14 @@ const ServeSettingSpec& ServeSetting(std::string_view key);
 // replacing one. `source` names the document in messages (the file's path). Checks each key as
 // it reads it, not the whole (ValidateServeConfig does). InvalidArgument "<source>:<line>: ..."
 // for malformed TOML, an unknown key or table, a value of the wrong type, out of range or not
-// among an option's values, naming the key ("store.io_workers").
+// among an option's values, naming the key ("store.io_workers"), and for keys, table headers or
+// values nested more than 64 levels deep (refused before parsing: the parser recurses).
 Result<ServeConfig> ParseServeConfig(std::string_view toml, std::string_view source);
-// The same for the file at `path`: NotFound when there is none, IOError when it cannot be read.
+// The largest configuration file read: a real one is a few KiB.
+inline constexpr uint64_t kMaxServeConfigBytes = 1 << 20;
+// The same for the file at `path`: NotFound when there is none, IOError when it cannot be read,
+// InvalidArgument for anything but a regular file (a FIFO is not waited on, /dev/zero not read)
+// and for one over kMaxServeConfigBytes.
 Result<ServeConfig> LoadServeConfig(const std::string& path);
 
 // What the command line gave, each field set only when its flag was: the daemon's flags as
