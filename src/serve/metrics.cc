@@ -331,6 +331,14 @@ struct DaemonMetrics::Impl {
   }
 };
 
+// The endpoint's HTTP server gives each connection a thread while it is open, and an idle or
+// slow peer held one for 30 s: two such peers blinded every scrape. It now has this many threads
+// (each waits, costing a stack of address space and nothing else), and a connection that sends
+// or takes nothing for kMetricsIoTimeoutMs is closed, so scrapes are served while up to
+// kMetricsThreads - 1 peers hold connections open (tested with 100).
+constexpr int kMetricsThreads = 128;
+constexpr int kMetricsIoTimeoutMs = 5000;
+
 bool DaemonMetrics::Available() { return true; }
 
 Result<std::unique_ptr<DaemonMetrics>> DaemonMetrics::Create(std::string_view address) {
@@ -338,7 +346,10 @@ Result<std::unique_ptr<DaemonMetrics>> DaemonMetrics::Create(std::string_view ad
   if (!address.empty()) {
     FC_ASSIGN_OR_RETURN(const HostPort at, ParseHostPort(address));
     try {
-      impl->exposer = std::make_unique<prometheus::Exposer>(at.ToString(), /*num_threads=*/2);
+      impl->exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+          "listening_ports", at.ToString(), "num_threads", std::to_string(kMetricsThreads),
+          "request_timeout_ms", std::to_string(kMetricsIoTimeoutMs), "keep_alive_timeout_ms",
+          std::to_string(kMetricsIoTimeoutMs), "linger_timeout_ms", "0"});
     } catch (const std::exception& e) {
       return Status::IOError("metrics: cannot listen on " + at.ToString() +
                              " (in use, or not an address of this host): " + e.what());

@@ -4,7 +4,11 @@
 // and docs/serve.md naming every metric.
 #include "serve/metrics.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -313,6 +317,40 @@ TEST(DaemonMetricsEndpoint, ServesTheMetricsOverHttp) {
   const Result<HttpResponse> other = HttpGet({"127.0.0.1", m.port()}, "/nothing", 5s);
   ASSERT_TRUE(other.ok());
   EXPECT_EQ(other->status, 404);
+}
+
+// 100 held connections: 50 that never send a byte and 50 that send half a request line and
+// stop. Scrapes are still served, each well within its timeout (two idle connections used to
+// take both server threads for 30 s each).
+TEST(DaemonMetricsEndpoint, ScrapesAreServedWhileAHundredIdleOrSlowConnectionsAreHeld) {
+  if (!DaemonMetrics::Available()) GTEST_SKIP() << "built without prometheus-cpp";
+  Result<std::unique_ptr<DaemonMetrics>> created = DaemonMetrics::Create("127.0.0.1:0");
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  DaemonMetrics& m = **created;
+  std::vector<int> held;
+  for (int i = 0; i < 100; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(m.port());
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << i;
+    if (i % 2 == 1) {
+      const std::string half = "GET /metr";
+      ASSERT_EQ(::send(fd, half.data(), half.size(), MSG_NOSIGNAL),
+                static_cast<ssize_t>(half.size()));
+    }
+    held.push_back(fd);
+  }
+  for (int scrape = 0; scrape < 3; ++scrape) {
+    const auto start = std::chrono::steady_clock::now();
+    const Result<HttpResponse> r = HttpGet({"127.0.0.1", m.port()}, "/metrics", 10s);
+    ASSERT_TRUE(r.ok()) << "scrape " << scrape << ": " << r.status().ToString();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 8s) << scrape;
+  }
+  for (int fd : held) ::close(fd);
 }
 
 // With a store source, each scrape reads a fresh snapshot: no Update calls needed.
