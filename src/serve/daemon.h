@@ -100,6 +100,9 @@ struct DaemonOptions {
   std::chrono::milliseconds hello_timeout{5000};
   // A client that does not take a reply within this is disconnected.
   std::chrono::milliseconds send_timeout{10000};
+  // A request frame whose first byte came must be whole within this (a silent connection between
+  // frames is kept; one that stops halfway through a frame is closed).
+  std::chrono::milliseconds frame_timeout{10000};
   // Shutdown waits this long for the requests in flight (PinReads waiting for FC-MAS included).
   std::chrono::milliseconds shutdown_grace{5000};
   // A connection that ends with unpublished reservations gives their extents back only after

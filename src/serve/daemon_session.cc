@@ -1,5 +1,6 @@
 #include "serve/daemon_session.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "flatcake/clock.h"
+#include "serve/poll_wait.h"
 #include "serve/rpc_convert.h"
 #include "serve/serve_log.h"
 #include "serve/unix_socket.h"
@@ -161,7 +163,11 @@ Status ClientSession::Handshake(std::optional<ProtocolError>* error) {
 std::string ClientSession::Serve(std::optional<ProtocolError>* error) {
   const FrameLimits limits{version_, version_, kMaxRequestPayloadBytes};
   for (;;) {
-    auto frame = RecvFrame(fd_.get(), limits);
+    // Idle between frames for as long as the client likes; once a frame starts, it must be
+    // whole within frame_timeout.
+    Status ready = WaitReady(fd_.get(), POLLIN, Deadline(kNoTimeout), "waiting for a request");
+    auto frame = ready.ok() ? RecvFrame(fd_.get(), limits, ctx_.options->frame_timeout)
+                            : Result<ReceivedFrame>(ready);
     if (!frame.ok()) {
       const Status& st = frame.status();
       if (stop_reading_.load()) return "daemon shutting down";
@@ -181,7 +187,11 @@ std::string ClientSession::Serve(std::optional<ProtocolError>* error) {
       Logf(LogLevel::kDebug, "%s: %zu descriptors sent with request %lu, closed", Who().c_str(),
            frame->fds.size(), static_cast<unsigned long>(request->id()));
     }
-    if (Status valid = ValidateRequest(*request); !valid.ok()) {
+    Status valid =
+        request->id() == 0
+            ? Status::InvalidArgument("request id 0: ids start at 1 (0 names no request)")
+            : ValidateRequest(*request);
+    if (!valid.ok()) {
       ctx_.observer->OnRequest(id_, RequestTypeOf(*request), false);
       ctx_.observer->OnProtocolError(id_,
                                      valid.code() == StatusCode::kUnsupported

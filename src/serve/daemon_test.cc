@@ -338,6 +338,52 @@ TEST_F(DaemonTest, AWholeFrameWithABadRequestGetsAnErrorAndTheConnectionCarriesO
   }
 }
 
+// Request id 0 names no request: refused with an error, not served; the connection goes on.
+TEST_F(DaemonTest, RequestIdZeroIsRefused) {
+  Start();
+  UniqueFd fd = RawHello();
+  rpc::Request r;
+  r.set_id(0);
+  r.mutable_stats();
+  ASSERT_TRUE(SendFrame(fd.get(), *EncodeFrame(r)).ok());
+  auto frame = RecvFrame(fd.get(), {}, std::chrono::milliseconds(2000));
+  ASSERT_TRUE(frame.ok()) << frame.status().ToString();
+  auto resp = ParseResponse(frame->payload);
+  ASSERT_TRUE(resp.ok());
+  EXPECT_EQ(resp->error().code(), rpc::CODE_INVALID_ARGUMENT);
+  EXPECT_FALSE(resp->has_stats());
+  r.set_id(9);
+  ASSERT_TRUE(SendFrame(fd.get(), *EncodeFrame(r)).ok());
+  frame = RecvFrame(fd.get(), {}, std::chrono::milliseconds(2000));
+  ASSERT_TRUE(frame.ok());
+  resp = ParseResponse(frame->payload);
+  ASSERT_TRUE(resp.ok());
+  EXPECT_TRUE(resp->has_stats());
+}
+
+// After Hello, a silent connection stays open, but one that sends a frame short of its last
+// byte is closed once frame_timeout passes (it used to be held open forever).
+TEST_F(DaemonTest, AFrameThatStopsHalfwayIsClosedAfterTheFrameTimeout) {
+  options_.frame_timeout = std::chrono::milliseconds(300);
+  Start();
+  UniqueFd idle = RawHello();
+  UniqueFd half = RawHello();
+  rpc::Request r;
+  r.set_id(3);
+  r.mutable_stats();
+  std::vector<uint8_t> bytes = *EncodeFrame(r);
+  bytes.pop_back();
+  ASSERT_TRUE(TEST_SendBytes(half.get(), bytes, {}).ok());
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(ClosedByPeer(half.get(), 3000));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_FALSE(ClosedByPeer(idle.get(), 600));  // silence between frames is no error
+  r.set_id(4);
+  ASSERT_TRUE(SendFrame(idle.get(), *EncodeFrame(r)).ok());
+  auto frame = RecvFrame(idle.get(), {}, std::chrono::milliseconds(2000));
+  ASSERT_TRUE(frame.ok()) << frame.status().ToString();
+}
+
 TEST_F(DaemonTest, AClientOfNoCommonVersionIsUnsupported) {
   Start();
   auto fd = ConnectUnix(options_.socket_path, std::chrono::milliseconds(2000));
