@@ -95,6 +95,10 @@ struct StoreOptions {
   bool wipe = false;    // discard a pool that cannot be recovered (other format or geometry)
   SyncMode sync = SyncMode::kInterval;
   uint64_t sync_interval_ms = 1000;
+  // Files the store creates (pool files, journal, lock files, a DRAM arena file) are the owner's
+  // only (0600); true: pool files are also the group's (0660), for a node daemon whose clients
+  // of other users (in its group) open them. Looser modes of an existing pool are tightened.
+  bool group_access = false;
 };
 
 // Checks every field against its row of the option table (range, multiple, enum value), then

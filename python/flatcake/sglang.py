@@ -380,7 +380,7 @@ class FlatCakeStorage(HiCacheStorage):
             if not os.path.isdir(d):
                 raise ValueError(f"FlatCakeStorage: ssd_dirs entry {d!r} is not a directory")
             sub = os.path.join(d, base) if base else d
-            os.makedirs(sub, exist_ok=True)
+            os.makedirs(sub, mode=0o700, exist_ok=True)  # the pool holds prompts: ours only
             out.append(sub)
         return out
 

@@ -9,7 +9,9 @@
 // naming what is wrong.
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -76,6 +78,11 @@ Result<serve::ServeConfig> MergedConfig(ServeArgs& a) {
 serve::DaemonOptions DaemonOptionsOf(const serve::ServeConfig& c) {
   serve::DaemonOptions o;
   o.store = c.store;
+  // Clients open the pool files by path: admitting anyone but this uid needs the group's access.
+  const bool others =
+      !c.allow.gids.empty() || std::any_of(c.allow.uids.begin(), c.allow.uids.end(),
+                                           [](uid_t u) { return u != ::geteuid(); });
+  if (others) o.store.group_access = true;
   o.socket_path = c.socket_path;
   o.socket_mode = c.socket_mode;
   o.allow = c.allow;

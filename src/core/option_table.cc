@@ -193,6 +193,13 @@ constexpr OptionSpec kTable[] = {
      .help = "Period of sync=interval, in milliseconds.",
      .min = 1,
      .max = 3600 * 1000},
+    {.name = "group_access",
+     .flag = "--group-access",
+     .kind = OptionKind::kBool,
+     .member = &StoreOptions::group_access,
+     .help = "Create pool files group-readable and -writable (0660), for a daemon whose clients "
+             "of other users in its group open them; otherwise every file is the owner's only "
+             "(0600). flatcake serve sets it when its allow-list admits anyone else."},
 };
 
 std::string JoinChoices(std::span<const std::string_view> choices, std::string_view sep) {

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "util/align.h"
+#include "util/file_mode.h"
 
 namespace flatcake {
 namespace {
@@ -95,12 +96,17 @@ Result<std::unique_ptr<DramArena>> DramArena::CreateFile(uint64_t bytes, const s
                                                          bool keep) {
   if (bytes == 0) return Status::InvalidArgument("DRAM arena capacity is 0");
   const uint64_t cap = AlignUp(bytes, kHugePage);
-  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, kOwnerOnlyFileMode);
   if (fd < 0) return Status::FromErrno(errno, "open DRAM arena file '" + path + "'");
   auto fail = [fd](Status st) {
     close(fd);
     return st;
   };
+  // Clients get the arena's descriptor from the daemon; nobody opens it by path.
+  if (Status st = RestrictFileMode(fd, kOwnerOnlyFileMode, "DRAM arena file '" + path + "'");
+      !st.ok()) {
+    return fail(st);
+  }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     return fail(Status::Busy("DRAM arena file '" + path + "' is in use by another FlatCake store"));
   }

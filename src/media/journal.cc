@@ -6,6 +6,8 @@
 
 #include <cerrno>
 
+#include "util/file_mode.h"
+
 namespace flatcake {
 namespace {
 
@@ -32,9 +34,11 @@ std::string DirOf(const std::string& path) {
 }  // namespace
 
 Result<std::unique_ptr<Journal>> Journal::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, kOwnerOnlyFileMode);
   if (fd < 0) return Status::FromErrno(errno, "open journal '" + path + "'");
   std::unique_ptr<Journal> j(new Journal(path, fd));
+  // The journal names every tenant's keys and sessions: the owner's only, whatever it had.
+  FC_RETURN_IF_ERROR(RestrictFileMode(fd, kOwnerOnlyFileMode, "journal '" + path + "'"));
   struct stat st {};
   if (fstat(fd, &st) != 0) return Status::FromErrno(errno, "stat journal '" + path + "'");
   j->image_.resize(static_cast<size_t>(st.st_size));
@@ -84,7 +88,7 @@ Status Journal::Sync() {
 Status Journal::Rewrite(const std::function<std::vector<uint8_t>(uint64_t* seq)>& records) {
   MutexLock lock(mu_);
   const std::string tmp = path_ + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_CREAT | O_TRUNC | O_RDWR | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_CREAT | O_TRUNC | O_RDWR | O_CLOEXEC, kOwnerOnlyFileMode);
   if (fd < 0) return Status::FromErrno(errno, "create '" + tmp + "'");
   uint64_t seq = next_seq_;
   const std::vector<uint8_t> bytes = records(&seq);

@@ -17,6 +17,7 @@
 
 #include "media/durable_format.h"
 #include "util/aligned_buffer.h"
+#include "util/file_mode.h"
 
 namespace flatcake {
 namespace {
@@ -81,8 +82,13 @@ std::optional<uint32_t> SsdFilePool::ParseFileName(std::string_view name) {
 
 Result<int> SsdFilePool::LockDirectory(const std::string& dir) {
   const std::string lock_path = dir + "/flatcake.lock";
-  const int lfd = open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  const int lfd = open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, kOwnerOnlyFileMode);
   if (lfd < 0) return Status::FromErrno(errno, "SSD directory '" + dir + "' lock file");
+  if (Status st = RestrictFileMode(lfd, kOwnerOnlyFileMode, "lock file '" + lock_path + "'");
+      !st.ok()) {
+    close(lfd);
+    return st;
+  }
   if (flock(lfd, LOCK_EX | LOCK_NB) != 0) {
     close(lfd);
     return Status::Busy("SSD directory '" + dir + "' is in use by another FlatCake store or fsck");
@@ -183,7 +189,7 @@ Status SsdFilePool::OpenFiles(const Options& o, uint64_t nfiles, uint64_t physic
     const int base_flags = O_CREAT | O_RDWR | O_CLOEXEC;
     int fd = -1;
     if (geo.direct) {
-      fd = open_file(path.c_str(), base_flags | O_DIRECT, kFileMode);
+      fd = open_file(path.c_str(), base_flags | O_DIRECT, o.file_mode);
       if (fd < 0 && errno == EINVAL && o.direct_io == DirectIoMode::kAuto) {
         geo.direct = false;
         note_ = "O_DIRECT refused on '" + path + "'; using buffered I/O for the SSD pool";
@@ -193,10 +199,11 @@ Status SsdFilePool::OpenFiles(const Options& o, uint64_t nfiles, uint64_t physic
         return Status::Unsupported("O_DIRECT refused on '" + path + "' (direct_io=on)");
       }
     }
-    if (fd < 0) fd = open_file(path.c_str(), base_flags, kFileMode);
+    if (fd < 0) fd = open_file(path.c_str(), base_flags, o.file_mode);
     if (fd < 0) return Status::FromErrno(errno, "open SSD pool file '" + path + "'");
     if (is_new) created->push_back(path);
     fds_.push_back(fd);
+    FC_RETURN_IF_ERROR(RestrictFileMode(fd, o.file_mode, "SSD pool file '" + path + "'"));
     geo.paths.push_back(path);
     if (ftruncate(fd, static_cast<off_t>(physical_bytes)) != 0) {
       return Status::FromErrno(errno, "size SSD pool file '" + path + "'");

@@ -67,10 +67,6 @@ class SsdPoolFiles {
 class SsdFilePool {
  public:
   static constexpr uint64_t kAlignment = 4096;
-  // The mode new pool files are created with, less the process's umask. Every process that
-  // attaches (the node daemon's clients, possibly of other users in the daemon's group) opens
-  // them read-write itself; nobody else may read them, since they hold every tenant's blocks.
-  static constexpr mode_t kFileMode = 0660;
 
   struct Options {
     std::vector<std::string> dirs;
@@ -80,6 +76,9 @@ class SsdFilePool {
     bool durable = false;
     // Durable pools only: start fresh even when the files hold a pool (of any format).
     bool wipe = false;
+    // The pool files' mode (util/file_mode.h): 0600, or 0660 when processes of other users in
+    // the group open them (the node daemon's clients). Existing files are tightened to it.
+    mode_t file_mode = 0600;
     // How pool files are opened; ::open when empty. Tests substitute one that refuses O_DIRECT
     // the way tmpfs-like filesystems do.
     std::function<int(const char* path, int flags, mode_t mode)> open_file;

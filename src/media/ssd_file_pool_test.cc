@@ -74,21 +74,49 @@ TEST(SsdFilePool, AnotherProcessOpensTheFilesFromTheGeometry) {
   EXPECT_TRUE(SsdFilePool::OpenFiles(missing).status().IsNotFound());
 }
 
-TEST(SsdFilePool, FilesAreGroupReadWriteLessTheUmaskAndClosedToOthers) {
-  // The daemon's clients of other users in its group open the files O_RDWR; under the systemd
-  // unit's UMask=0007 the files are 0660, under the common 0022 0640.
-  for (const mode_t mask : {mode_t{0007}, mode_t{0022}}) {
-    TempDir dir;
-    const mode_t old = ::umask(mask);
-    auto pool = SsdFilePool::Create(PoolOptions({dir.path()}));
-    ::umask(old);
-    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
-    for (const std::string& p : (*pool)->paths()) {
-      struct stat st {};
-      ASSERT_EQ(stat(p.c_str(), &st), 0);
-      EXPECT_EQ(st.st_mode & 0777, 0660 & ~mask) << p;
+// Pool files hold every tenant's KV: 0600 by default; 0660 (less the umask) with group access,
+// for a daemon whose clients of other users in its group open them. The lock file is 0600.
+TEST(SsdFilePool, FilesAreTheOwnersOnlyOrTheGroupsWithGroupAccess) {
+  for (const mode_t want : {mode_t{0600}, mode_t{0660}}) {
+    for (const mode_t mask : {mode_t{0007}, mode_t{0022}}) {
+      TempDir dir;
+      SsdFilePool::Options o = PoolOptions({dir.path()});
+      o.file_mode = want;
+      const mode_t old = ::umask(mask);
+      auto pool = SsdFilePool::Create(o);
+      ::umask(old);
+      ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+      for (const std::string& p : (*pool)->paths()) {
+        struct stat st {};
+        ASSERT_EQ(stat(p.c_str(), &st), 0);
+        EXPECT_EQ(st.st_mode & 0777, want & ~mask) << p;
+      }
+      struct stat lock {};
+      ASSERT_EQ(stat((dir.path() + "/flatcake.lock").c_str(), &lock), 0);
+      EXPECT_EQ(lock.st_mode & 0077, 0u);
     }
   }
+}
+
+// A pool created with looser modes (0644, as before, or by hand) is tightened when it opens.
+TEST(SsdFilePool, LooserModesOfAnExistingPoolAreTightened) {
+  TempDir dir;
+  {
+    auto pool = SsdFilePool::Create(PoolOptions({dir.path()}));
+    ASSERT_TRUE(pool.ok());
+    for (const std::string& p : (*pool)->paths()) ASSERT_EQ(::chmod(p.c_str(), 0644), 0);
+  }
+  ASSERT_EQ(::chmod((dir.path() + "/flatcake.lock").c_str(), 0666), 0);
+  auto pool = SsdFilePool::Create(PoolOptions({dir.path()}));
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  for (const std::string& p : (*pool)->paths()) {
+    struct stat st {};
+    ASSERT_EQ(stat(p.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << p;
+  }
+  struct stat lock {};
+  ASSERT_EQ(stat((dir.path() + "/flatcake.lock").c_str(), &lock), 0);
+  EXPECT_EQ(lock.st_mode & 0777, 0600u);
 }
 
 TEST(SsdFilePool, SmallExtentsShareFilesAndNoneSpansTwo) {

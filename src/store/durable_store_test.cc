@@ -78,6 +78,30 @@ TEST(DurableStore, ReopenedStoreServesWhatWasPublishedOnSsdOnly) {
   EXPECT_EQ(Served(*s, more), All(more.size(), 1));
 }
 
+// Pool files, the journal (every tenant's keys and sessions) and a file-backed DRAM arena are
+// the owner's only; group_access opens the pool files, and only them, to the group.
+TEST(DurableStore, FilesAreTheOwnersOnlyUnlessTheGroupIsGivenThePool) {
+  for (const bool group : {false, true}) {
+    TempDir dir;
+    StoreOptions o = Options(dir.path());
+    o.dram_path = dir.path() + "/arena";
+    o.group_access = group;
+    const mode_t old = ::umask(0);
+    auto s = Open(o);
+    ::umask(old);
+    ASSERT_NE(s, nullptr);
+    auto mode = [](const std::string& path) {
+      struct stat st {};
+      EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+      return st.st_mode & 0777;
+    };
+    EXPECT_EQ(mode(s->GetInfo().journal_path), 0600u);
+    EXPECT_EQ(mode(o.dram_path), 0600u);
+    EXPECT_EQ(mode(o.dram_path + ".journal"), 0600u);
+    EXPECT_EQ(mode(dir.path() + "/flatcake-pool-0.dat"), group ? 0660u : 0600u);
+  }
+}
+
 TEST(DurableStore, ReclaimedAndClearedBlocksNeverComeBack) {
   TempDir dir;
   const auto a = MakeKeys(3, 0, 16), b = MakeKeys(4, 0, 16), c = MakeKeys(5, 0, 16);

@@ -9,6 +9,7 @@
 #include "store/segment_layout.h"
 #include "store/staging.h"
 #include "util/checksum.h"
+#include "util/file_mode.h"
 
 namespace flatcake {
 
@@ -66,6 +67,7 @@ Status FlatStore::Init(bool shared) {
     po.direct_io = options_.direct_io;
     po.durable = true;
     po.wipe = options_.wipe || !options_.recover;
+    po.file_mode = options_.group_access ? kGroupFileMode : kOwnerOnlyFileMode;
     FC_ASSIGN_OR_RETURN(ssd_, SsdFilePool::Create(po));
     info_.ssd_direct_io = ssd_->direct();
     info_.ssd_note = ssd_->note();
