@@ -157,7 +157,15 @@ Result<std::unique_ptr<SsdFilePool>> SsdFilePool::Create(const Options& o) {
     }
   }
 
-  if (o.durable) FC_RETURN_IF_ERROR(pool->CheckSuperblocks(o, nfiles));
+  if (o.durable) {
+    if (Status check = pool->CheckSuperblocks(o, nfiles); !check.ok()) {
+      if (!o.nothing_published) return check;
+      pool->recovered_ = false;
+      pool->note_ = "an unfinished pool (" + std::string(check.message()) +
+                    ", and nothing was ever published in it: its creation was cut short) was "
+                    "created anew";
+    }
+  }
 
   // Files this open creates are removed again when it fails: a pool that could not be created
   // leaves nothing that a later open would take for a damaged pool.
@@ -192,7 +200,8 @@ Status SsdFilePool::OpenFiles(const Options& o, uint64_t nfiles, uint64_t physic
       fd = open_file(path.c_str(), base_flags | O_DIRECT, o.file_mode);
       if (fd < 0 && errno == EINVAL && o.direct_io == DirectIoMode::kAuto) {
         geo.direct = false;
-        note_ = "O_DIRECT refused on '" + path + "'; using buffered I/O for the SSD pool";
+        note_ += std::string(note_.empty() ? "" : "; ") + "O_DIRECT refused on '" + path +
+                 "'; using buffered I/O for the SSD pool";
         // Files opened so far keep O_DIRECT; clear it so the pool is uniform.
         for (int prev : fds_) fcntl(prev, F_SETFL, fcntl(prev, F_GETFL) & ~O_DIRECT);
       } else if (fd < 0 && errno == EINVAL) {

@@ -79,6 +79,10 @@ class SsdFilePool {
     // The pool files' mode (util/file_mode.h): 0600, or 0660 when processes of other users in
     // the group open them (the node daemon's clients). Existing files are tightened to it.
     mode_t file_mode = 0600;
+    // Durable pools: the caller knows nothing was ever published in this pool (its journal is
+    // absent or empty). Files without a valid superblock are then a creation cut short (a power
+    // cut while the pool was made), created anew with a note, instead of refused.
+    bool nothing_published = false;
     // How pool files are opened; ::open when empty. Tests substitute one that refuses O_DIRECT
     // the way tmpfs-like filesystems do.
     std::function<int(const char* path, int flags, mode_t mode)> open_file;

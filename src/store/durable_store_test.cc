@@ -102,6 +102,41 @@ TEST(DurableStore, FilesAreTheOwnersOnlyUnlessTheGroupIsGivenThePool) {
   }
 }
 
+// A power cut while a fresh pool is being made leaves files without superblocks and no journal
+// (it is made after them). Nothing was ever published: the next open makes the pool anew (with a
+// note) instead of asking for --wipe. A pool whose journal holds records is still refused.
+TEST(DurableStore, APoolWhoseCreationWasCutShortIsMadeAnew) {
+  TempDir dir;
+  const StoreOptions o = Options(dir.path());
+  std::string journal;
+  {
+    auto s = Open(o);
+    ASSERT_NE(s, nullptr);
+    journal = s->GetInfo().journal_path;
+  }
+  auto zero_superblock = [&](int file) {
+    const std::string path = dir.path() + "/flatcake-pool-" + std::to_string(file) + ".dat";
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    std::vector<uint8_t> zeros(durable::kSuperblockBytes, 0);
+    ASSERT_EQ(::pwrite(fd, zeros.data(), zeros.size(), 0), static_cast<ssize_t>(zeros.size()));
+    ::close(fd);
+  };
+  zero_superblock(3);
+  ASSERT_EQ(::unlink(journal.c_str()), 0);  // the cut came before the journal was made
+  {
+    auto s = FlatStore::OpenWithEngine(o, nullptr);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_NE((*s)->GetInfo().ssd_note.find("unfinished pool"), std::string::npos);
+    EXPECT_FALSE((*s)->GetInfo().recovered);
+    testing::PutFilled(**s, MakeKeys(1, 0, 2), kLayout, MediaType::kSsd);  // now it has a record
+  }
+  zero_superblock(3);
+  auto refused = FlatStore::OpenWithEngine(o, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("wipe"), std::string_view::npos);
+}
+
 TEST(DurableStore, ReclaimedAndClearedBlocksNeverComeBack) {
   TempDir dir;
   const auto a = MakeKeys(3, 0, 16), b = MakeKeys(4, 0, 16), c = MakeKeys(5, 0, 16);

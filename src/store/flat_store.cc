@@ -1,11 +1,15 @@
 #include "store/flat_store.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
+#include "media/durable_format.h"
 #include "store/segment_layout.h"
 #include "store/staging.h"
 #include "util/checksum.h"
@@ -68,6 +72,12 @@ Status FlatStore::Init(bool shared) {
     po.durable = true;
     po.wipe = options_.wipe || !options_.recover;
     po.file_mode = options_.group_access ? kGroupFileMode : kOwnerOnlyFileMode;
+    // No journal, or an empty one: nothing was ever published, so files a power cut left
+    // unfinished while the pool was made are made again rather than refused.
+    struct stat journal {};
+    const std::string journal_path = options_.ssd_dirs.front() + "/" + durable::kJournalName;
+    po.nothing_published =
+        ::stat(journal_path.c_str(), &journal) != 0 ? errno == ENOENT : journal.st_size == 0;
     FC_ASSIGN_OR_RETURN(ssd_, SsdFilePool::Create(po));
     info_.ssd_direct_io = ssd_->direct();
     info_.ssd_note = ssd_->note();
