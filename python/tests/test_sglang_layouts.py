@@ -76,13 +76,29 @@ def test_every_layout_pair_through_a_recovered_pool_is_converted(ssd_dir, stored
                      *write_then_read(embedded(ssd_dir), writer, reader, mla))
 
 
-@pytest.mark.parametrize("stored, read", [("page_first", "page_first_direct"),
-                                          ("layer_first", "page_first")])
-def test_layout_pairs_through_the_same_daemon_are_converted(daemon, stored, read):
-    writer, reader = pool_of(stored, False, seed=73), pool_of(read, False)
-    extra = {"daemon": daemon, "tenant": "layouts"}
-    assert_converted(writer, reader,
-                     *write_then_read(extra, writer, reader, False, restart=False))
+def test_every_layout_pair_through_the_same_daemon_is_converted_and_other_pages_miss(daemon):
+    """One daemon, servers restarted against it with each layout (MHA and MLA, each pair under a
+    tenant of its own so that every pair starts empty), then with another page size, dtype and
+    model."""
+    n = 0
+    for mla in (False, True):
+        for stored in LAYOUTS:
+            for read in LAYOUTS:
+                n += 1
+                writer, reader = pool_of(stored, mla, seed=73 + n), pool_of(read, mla)
+                extra = {"daemon": daemon, "tenant": f"layouts-{n}"}
+                assert_converted(writer, reader, *write_then_read(extra, writer, reader, mla,
+                                                                  restart=False))
+    for change in ("page_size", "dtype", "model"):
+        n += 1
+        writer = pool_of("page_first_direct", False, seed=73 + n)
+        reader = {"page_size": pool_of("page_first", False, page_size=8, heads=4),
+                  "dtype": pool_of("page_first", False, dtype=torch.float16)
+                  }.get(change, pool_of("page_first", False))
+        fields = {"model_name": "org/other"} if change == "model" else {}
+        extra = {"daemon": daemon, "tenant": f"layouts-{n}"}
+        assert_missed(reader, *write_then_read(extra, writer, reader, False, reader=fields,
+                                               restart=False))
 
 
 @pytest.mark.parametrize("change", ["page_size", "dtype", "tp_size", "model"])
