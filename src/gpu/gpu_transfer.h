@@ -137,7 +137,6 @@ class GpuRestore {
   std::vector<DeviceEvent> events_;                // one per layer
   std::vector<void*> host_table_;                  // destination pointers [l][p][hit]
   std::unique_ptr<std::atomic<uint64_t>[]> sums_;  // per hit: its slices' checksums, summed
-  bool verified_ = false;                          // the sums cover every slice
   int64_t arrival_ns_ = 0;
 
   mutable Mutex mu_;
