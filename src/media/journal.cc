@@ -6,12 +6,16 @@
 
 #include <cerrno>
 
+#include "media/metadata_faults.h"
 #include "util/file_mode.h"
 
 namespace flatcake {
 namespace {
 
 Status WriteAll(int fd, const uint8_t* p, size_t n, uint64_t offset) {
+  if (const int err = MetadataFault(MetadataOp::kJournalWrite)) {
+    return Status::FromErrno(err, "journal write");
+  }
   while (n > 0) {
     const ssize_t w = pwrite(fd, p, n, static_cast<off_t>(offset));
     if (w < 0) {
@@ -80,6 +84,9 @@ Status Journal::Append(const std::function<std::vector<uint8_t>(uint64_t seq)>& 
 
 Status Journal::Sync() {
   MutexLock lock(mu_);
+  if (const int err = MetadataFault(MetadataOp::kJournalSync)) {
+    return Status::FromErrno(err, "journal fdatasync");
+  }
   if (fdatasync(fd_) != 0) return Status::FromErrno(errno, "journal fdatasync");
   synced_ = size_;
   return Status::OK();
@@ -93,6 +100,9 @@ Status Journal::Rewrite(const std::function<std::vector<uint8_t>(uint64_t* seq)>
   uint64_t seq = next_seq_;
   const std::vector<uint8_t> bytes = records(&seq);
   Status st = WriteAll(fd, bytes.data(), bytes.size(), 0);
+  if (const int err = st.ok() ? MetadataFault(MetadataOp::kJournalSync) : 0) {
+    st = Status::FromErrno(err, "fdatasync '" + tmp + "'");
+  }
   if (st.ok() && fdatasync(fd) != 0) st = Status::FromErrno(errno, "fdatasync '" + tmp + "'");
   if (st.ok() && rename(tmp.c_str(), path_.c_str()) != 0) {
     st = Status::FromErrno(errno, "rename '" + tmp + "'");

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "media/durable_format.h"
+#include "media/metadata_faults.h"
 #include "util/aligned_buffer.h"
 #include "util/file_mode.h"
 
@@ -303,6 +304,9 @@ Status SsdFilePool::WriteSuperblocks() {
     sb.file_bytes = geometry_.file_bytes;
     const std::vector<uint8_t> bytes = durable::EncodeSuperblock(sb);
     std::memcpy(buf.data(), bytes.data(), bytes.size());
+    if (const int err = MetadataFault(MetadataOp::kSuperblockWrite)) {
+      return Status::FromErrno(err, "write the superblock of '" + geometry_.paths[i] + "'");
+    }
     if (pwrite(fds_[i], buf.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
       return Status::FromErrno(errno, "write the superblock of '" + geometry_.paths[i] + "'");
     }

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "media/metadata_faults.h"
 #include "util/temp_dir.h"
 
 namespace flatcake {
@@ -117,6 +118,24 @@ TEST(SsdFilePool, LooserModesOfAnExistingPoolAreTightened) {
   struct stat lock {};
   ASSERT_EQ(stat((dir.path() + "/flatcake.lock").c_str(), &lock), 0);
   EXPECT_EQ(lock.st_mode & 0777, 0600u);
+}
+
+// A superblock write that fails (an injected EIO) fails the creation, naming the file, and
+// leaves no file behind for a later open to take for a damaged pool; the next creation works.
+TEST(SsdFilePool, AFailedSuperblockWriteFailsCreationAndLeavesNothing) {
+  TempDir dir;
+  SsdFilePool::Options o = PoolOptions({dir.path()});
+  o.durable = true;
+  SetMetadataFaultHook([](MetadataOp op) { return op == MetadataOp::kSuperblockWrite ? EIO : 0; });
+  auto failed = SsdFilePool::Create(o);
+  SetMetadataFaultHook(nullptr);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("superblock"), std::string_view::npos)
+      << failed.status().ToString();
+  struct stat st {};
+  EXPECT_NE(stat((dir.path() + "/flatcake-pool-0.dat").c_str(), &st), 0);
+  auto pool = SsdFilePool::Create(o);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
 }
 
 TEST(SsdFilePool, SmallExtentsShareFilesAndNoneSpansTwo) {

@@ -8,11 +8,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "media/durable_format.h"
+#include "media/metadata_faults.h"
 #include "store/flat_store.h"
 #include "testing/store_blocks.h"
 #include "util/block_content.h"
@@ -178,6 +181,38 @@ TEST(DurableStore, EveryPowerCutDuringCreationLeavesAPoolThatOpensAnew) {
     }
   }
   EXPECT_EQ(states, (files + 1) * (files + 2) / 2);
+}
+
+// A free record that cannot be written (an injected journal write error) must not let the freed
+// scope come back when the process dies before a clean close: the journal is rewritten at once
+// without it. The work runs in a child that ends with _exit, as a crash would; the reopened store
+// has none of the reclaimed blocks (without the rewrite it recovered all six).
+TEST(DurableStore, AFreeRecordThatFailsIsRecordedByARewrite) {
+  TempDir dir;
+  const StoreOptions o = Options(dir.path());
+  const std::vector<Key> old_keys = MakeKeys(31, 0, 6), new_keys = MakeKeys(32, 0, 1);
+  EXPECT_EXIT(
+      {
+        auto s = FlatStore::OpenWithEngine(o, nullptr);
+        if (!s.ok()) _exit(2);
+        testing::PutFilled(**s, old_keys, kLayout, MediaType::kSsd);
+        std::atomic<int> armed{1};  // fail the next journal write: the free record
+        SetMetadataFaultHook([&](MetadataOp op) {
+          return op == MetadataOp::kJournalWrite && armed.fetch_sub(1) > 0 ? EIO : 0;
+        });
+        const uint64_t freed = (*s)->Reclaim(MediaType::kSsd, 0.0);
+        SetMetadataFaultHook(nullptr);
+        if (freed == 0 || armed.load() > 0 || (*s)->GetStats().journal_errors == 0) _exit(3);
+        _exit(0);  // no clean close
+      },
+      ::testing::ExitedWithCode(0), "");
+  auto s = Open(o);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->Exists(old_keys), 0u);
+  EXPECT_EQ(s->GetInfo().recovered_blocks, 0u);
+  // The pool goes on: a block stored now is served.
+  testing::PutFilled(*s, new_keys, kLayout, MediaType::kSsd);
+  EXPECT_EQ(testing::ServedBlocks(*s, new_keys, kLayout), testing::AllOf(new_keys.size(), 1));
 }
 
 TEST(DurableStore, ReclaimedAndClearedBlocksNeverComeBack) {

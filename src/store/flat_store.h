@@ -336,7 +336,8 @@ class FlatStore final : public Store, private ScopeHost {
   void JournalFreeLocked(const ScopeSlot& scope) REQUIRES(mu_);
   // Rewrites the journal from the live scopes once dead records dominate it.
   void MaybeCompactJournalLocked(MediaType m) REQUIRES(mu_);
-  Status RewriteJournalLocked(MediaType m) REQUIRES(mu_);
+  // `leave_out`: the uid of a scope being freed, not recorded (0: none).
+  Status RewriteJournalLocked(MediaType m, uint64_t leave_out = 0) REQUIRES(mu_);
   void SyncLoop();
   bool Durable(MediaType m) const { return journal_[static_cast<int>(m)] != nullptr; }
   // Tells the sync listener, if any, that pool file `file` (SyncEvent::kAllFiles: every one) or,

@@ -322,7 +322,13 @@ void FlatStore::JournalFreeLocked(const ScopeSlot& scope) {
   if (clearing_) return;  // Clear's record covers it
   Status st = journal_[mi]->Append(
       [uid = scope.uid](uint64_t seq) { return durable::EncodeFreeScope(seq, uid); });
-  if (!st.ok()) journal_errors_.fetch_add(1, std::memory_order_relaxed);
+  if (st.ok()) return;
+  journal_errors_.fetch_add(1, std::memory_order_relaxed);
+  // Without its free record a reopen would bring the scope back over extents reused since: the
+  // journal is rewritten now from the live scopes, this one left out, which records the free.
+  if (!RewriteJournalLocked(scope.medium, scope.uid).ok()) {
+    journal_errors_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void FlatStore::MaybeCompactJournalLocked(MediaType m) {
@@ -332,7 +338,7 @@ void FlatStore::MaybeCompactJournalLocked(MediaType m) {
   if (!RewriteJournalLocked(m).ok()) journal_errors_.fetch_add(1, std::memory_order_relaxed);
 }
 
-Status FlatStore::RewriteJournalLocked(MediaType m) {
+Status FlatStore::RewriteJournalLocked(MediaType m, uint64_t leave_out) {
   // The header, then one record per segment of every live scope of the medium, from memory.
   const int mi = static_cast<int>(m);
   uint64_t live = 0;
@@ -347,7 +353,7 @@ Status FlatStore::RewriteJournalLocked(MediaType m) {
     live = out.size();
     for (uint32_t i = 0; i < options_.max_scopes; ++i) {
       ScopeSlot& s = scopes_[i];
-      if (!s.live() || s.medium != m) continue;
+      if (!s.live() || s.medium != m || (leave_out != 0 && s.uid == leave_out)) continue;
       const ScopePlacer::Session* sess = placer_.FindSession(s.session);
       const size_t before = out.size();
       for (uint32_t n = 0; n < s.segments.size(); ++n) {
