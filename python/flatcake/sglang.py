@@ -538,10 +538,11 @@ class FlatCakeStorage(HiCacheStorage):
             raise TypeError(f"FlatCakeStorage: page keys must be str, got {type(page_hash).__name__}")
         return f"{self.namespace}{page_hash}@{fmt or self._format}{self._key_suffix}"
 
-    def _placed_runs(self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo]
-                     ) -> List[Tuple[int, int, dict]]:
-        """The puts of a batch of pages, [(first, end, hints)], with the placement signals the
-        HiCache storage interface carries (docs/sglang.md, "Where pages go"):
+    def _placed_runs(self, store_keys: List[str],
+                     extra_info: Optional[HiCacheStorageExtraInfo]) -> List[Tuple[int, int, dict]]:
+        """The puts of a batch of pages (their store keys), [(first, end, hints)], with the
+        placement signals the HiCache storage interface carries (docs/sglang.md, "Where pages
+        go"):
 
         - leading pages that two or more requests looked up (batch_exists) before they were
           stored are a prefix those requests share (a system prompt in a burst): the store's
@@ -558,10 +559,10 @@ class FlatCakeStorage(HiCacheStorage):
         prefix = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
         tail = self._store_key(prefix[-1]) if prefix else None
         context = len(prefix) * ps if prefix else 0
-        store_keys = [self._store_key(k) for k in keys]
+        n = len(store_keys)
         with self._signals_lock:
             shared = 0
-            while shared < len(keys) and self._looked_up.get(store_keys[shared], 0) >= 2:
+            while shared < n and self._looked_up.get(store_keys[shared], 0) >= 2:
                 shared += 1
             continues = tail is not None and tail in self._chain_tails
             for k in store_keys:
@@ -577,11 +578,11 @@ class FlatCakeStorage(HiCacheStorage):
             runs.append((0, shared, dict(base, shared_prefix=True, prefix_tail=tail,
                                          context_tokens=context)))
             tail, context = store_keys[shared - 1], context + shared * ps
-        if shared < len(keys):
-            rest = (len(keys) - shared) * ps
+        if shared < n:
+            rest = (n - shared) * ps
             turn = {"turn": 2, "prior_reply_tokens": rest} if continues else {"turn": 1}
-            runs.append((shared, len(keys), dict(base, prefix_tail=tail, context_tokens=context,
-                                                 **turn)))
+            runs.append((shared, n, dict(base, prefix_tail=tail, context_tokens=context,
+                                         **turn)))
         return runs
 
     def _note_lookups(self, store_keys: List[str]) -> None:
@@ -646,7 +647,7 @@ class FlatCakeStorage(HiCacheStorage):
         per = len(ptrs) // len(keys)
         start = time.perf_counter()
         written = 0
-        for first, end, hints in self._placed_runs(keys, extra_info):
+        for first, end, hints in self._placed_runs(store_keys, extra_info):
             try:
                 result = self._store.put(store_keys[first:end], self._layout,
                                          ptrs[first * per:end * per], kind=self._kind, **hints)

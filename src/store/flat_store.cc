@@ -61,24 +61,31 @@ FlatStore::~FlatStore() {
   engine_.reset();
 }
 
+std::string FlatStore::SsdJournalPath() const {
+  return options_.ssd_dirs.front() + "/" + durable::kJournalName;
+}
+
+SsdFilePool::Options FlatStore::SsdPoolOptions() const {
+  SsdFilePool::Options po;
+  po.dirs = options_.ssd_dirs;
+  po.total_bytes = options_.ssd_bytes;
+  po.file_bytes = options_.ssd_file_bytes;
+  po.direct_io = options_.direct_io;
+  po.durable = true;
+  po.wipe = options_.wipe || !options_.recover;
+  po.file_mode = options_.group_access ? kGroupFileMode : kOwnerOnlyFileMode;
+  // No journal, or an empty one: nothing was ever published, so files a power cut left
+  // unfinished while the pool was made are made again rather than refused.
+  struct stat journal {};
+  po.nothing_published =
+      ::stat(SsdJournalPath().c_str(), &journal) != 0 ? errno == ENOENT : journal.st_size == 0;
+  return po;
+}
+
 Status FlatStore::Init(bool shared) {
   // SSD first: a bad directory should fail before the DRAM arena is mapped and pre-faulted.
   if (!options_.ssd_dirs.empty()) {
-    SsdFilePool::Options po;
-    po.dirs = options_.ssd_dirs;
-    po.total_bytes = options_.ssd_bytes;
-    po.file_bytes = options_.ssd_file_bytes;
-    po.direct_io = options_.direct_io;
-    po.durable = true;
-    po.wipe = options_.wipe || !options_.recover;
-    po.file_mode = options_.group_access ? kGroupFileMode : kOwnerOnlyFileMode;
-    // No journal, or an empty one: nothing was ever published, so files a power cut left
-    // unfinished while the pool was made are made again rather than refused.
-    struct stat journal {};
-    const std::string journal_path = options_.ssd_dirs.front() + "/" + durable::kJournalName;
-    po.nothing_published =
-        ::stat(journal_path.c_str(), &journal) != 0 ? errno == ENOENT : journal.st_size == 0;
-    FC_ASSIGN_OR_RETURN(ssd_, SsdFilePool::Create(po));
+    FC_ASSIGN_OR_RETURN(ssd_, SsdFilePool::Create(SsdPoolOptions()));
     info_.ssd_direct_io = ssd_->direct();
     info_.ssd_note = ssd_->note();
     info_.ssd_files = ssd_->num_files();

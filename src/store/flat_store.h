@@ -236,6 +236,10 @@ class FlatStore final : public Store, private ScopeHost {
   FlatStore(const StoreOptions& options, std::unique_ptr<IoEngine> engine);
   // `shared`: a DRAM arena other processes can map (OpenShared).
   Status Init(bool shared);
+  // The SSD pool's journal: in the first SSD directory. REQUIRES: ssd_dirs not empty.
+  std::string SsdJournalPath() const;
+  // How Init creates (or reopens) the SSD pool from the options.
+  SsdFilePool::Options SsdPoolOptions() const;
 
   // A batch write from its placement to its end: the embedded Put's, or a lease's (ReserveWrite).
   // Until FinishWrite its scope is pinned, the index slots of its keys are reserved (other

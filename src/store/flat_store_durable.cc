@@ -39,8 +39,7 @@ constexpr uint64_t kRewriteMinBytes = 1 * kMiB;
 
 Status FlatStore::OpenJournal(MediaType m) {
   const bool ssd = m == MediaType::kSsd;
-  const std::string path = ssd ? options_.ssd_dirs.front() + "/" + durable::kJournalName
-                               : options_.dram_path + ".journal";
+  const std::string path = ssd ? SsdJournalPath() : options_.dram_path + ".journal";
   std::unique_ptr<Journal>& journal = journal_[static_cast<int>(m)];
   FC_ASSIGN_OR_RETURN(journal, Journal::Open(path));
   if (ssd) {
